@@ -1,0 +1,24 @@
+# ddp_add_test_dir(<name> <dir>): one GoogleTest executable from <dir>/*_test.cpp.
+# Files named *_gpu_test.cpp get the label "gpu" (they skip without a GPU),
+# the others "unit"; each TEST becomes its own CTest test.
+include(GoogleTest)
+
+function(ddp_add_test_dir name dir)
+  file(GLOB _unit CONFIGURE_DEPENDS ${dir}/*_test.cpp)
+  file(GLOB _gpu CONFIGURE_DEPENDS ${dir}/*_gpu_test.cpp)
+  if(_gpu)
+    list(REMOVE_ITEM _unit ${_gpu})
+  endif()
+  foreach(kind unit gpu)
+    set(_files ${_${kind}})
+    if(NOT _files)
+      continue()
+    endif()
+    set(_exe ${name}_${kind})
+    add_executable(${_exe} ${_files})
+    target_link_libraries(${_exe} PRIVATE ddp::ddp GTest::gtest GTest::gtest_main)
+    target_include_directories(${_exe} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+    gtest_discover_tests(${_exe} PROPERTIES LABELS ${kind} DISCOVERY_TIMEOUT 60
+                         TEST_PREFIX "${name}.")
+  endforeach()
+endfunction()

@@ -1,0 +1,90 @@
+#pragma once
+// The backward graph. Note [Recording backward]: an op that needs history
+// calls record() with its inputs, its outputs and a lambda that maps the
+// gradients of the outputs to the gradients of the inputs. The lambda must
+// capture the tensors it needs via detach() (never the outputs themselves),
+// so the graph holds no reference cycle.
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/tensor/tensor.h"
+
+namespace ddp::autograd {
+
+class Node;
+
+// One input of a node's backward: which node receives the gradient, and
+// which of that node's outputs it belongs to.
+struct Edge {
+  std::shared_ptr<Node> node;  // null: the input needs no gradient
+  int input_nr = 0;
+};
+
+class Node : public std::enable_shared_from_this<Node> {
+ public:
+  explicit Node(std::string name);
+  virtual ~Node() = default;
+  // Gradients of this node's outputs in, gradients for next_edges() out
+  // (same count as next_edges(); undefined tensors for "no gradient").
+  virtual Tensors apply(Tensors&& grad_outputs) = 0;
+  // Drops saved tensors after a backward without retain_graph.
+  virtual void release() {}
+
+  const std::string& name() const { return name_; }
+  const std::vector<Edge>& next_edges() const { return next_edges_; }
+  std::vector<Edge>& mutable_next_edges() { return next_edges_; }
+  int num_outputs() const { return num_outputs_; }
+  void set_num_outputs(int n) { num_outputs_ = n; }
+  // Creation order; the engine runs later nodes first (so backward follows
+  // the reverse of the forward order, which the DDP engine relies on).
+  uint64_t sequence_nr() const { return sequence_nr_; }
+
+ private:
+  std::string name_;
+  std::vector<Edge> next_edges_;
+  int num_outputs_ = 1;
+  uint64_t sequence_nr_;
+};
+
+// The node at the end of every path into a leaf: adds the incoming gradient
+// to leaf.grad, then runs the leaf's post-accumulate hooks.
+class AccumulateGrad : public Node {
+ public:
+  explicit AccumulateGrad(std::weak_ptr<TensorImpl> leaf);
+  Tensors apply(Tensors&& grad_outputs) override;
+
+ private:
+  std::weak_ptr<TensorImpl> leaf_;
+};
+
+// Per-tensor autograd state (TensorImpl::autograd).
+struct AutogradMeta {
+  bool requires_grad = false;
+  Tensor grad;
+  std::shared_ptr<Node> grad_fn;  // null for leaves
+  int output_nr = 0;              // which output of grad_fn this tensor is
+  std::weak_ptr<AccumulateGrad> grad_accumulator;  // leaves: shared by all uses
+  std::map<int, std::function<void(Tensor&)>> post_accumulate_hooks;
+  int next_hook_id = 0;
+};
+
+using BackwardFn = std::function<Tensors(const Tensors& grad_outputs)>;
+
+// Records backward for `outputs` computed from `inputs` when grad mode is on
+// and any input requires a gradient; otherwise does nothing. grad_outputs
+// given to fn has one entry per output (zeros where an output got no
+// gradient); fn returns one entry per input (undefined = none).
+void record(const char* name, const Tensors& inputs, const Tensors& outputs, BackwardFn fn);
+// True when record() would record for these inputs.
+bool needs_grad(const Tensors& inputs);
+
+// The edge that a gradient for `t` flows into: its grad_fn, or its leaf
+// accumulator (created on demand), or none.
+Edge gradient_edge(const Tensor& t);
+
+}  // namespace ddp::autograd
