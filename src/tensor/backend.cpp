@@ -1,0 +1,25 @@
+#include "ddp/tensor/backend.h"
+
+#include "ddp/tensor/cuda.h"
+
+namespace ddp {
+
+void Backend::copy_from_host(const void*, const Tensor& dst, bool) {
+  DDP_THROW(NotImplementedError, "copy_from_host: not supported by the {} backend",
+            dst.device().str());
+}
+
+void Backend::copy_to_host(const Tensor& src, void*, bool) {
+  DDP_THROW(NotImplementedError, "copy_to_host: not supported by the {} backend",
+            src.device().str());
+}
+
+Backend& backend_for(DeviceType type) {
+  if (type == DeviceType::CPU) return cpu_backend();
+  Backend* cuda = cuda_backend();
+  if (!cuda || !cuda::is_available())
+    DDP_THROW(DeviceError, "CUDA tensors need a usable GPU: {}", cuda::unavailable_reason());
+  return *cuda;
+}
+
+}  // namespace ddp
