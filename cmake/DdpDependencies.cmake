@@ -5,8 +5,9 @@ find_package(fmt REQUIRED)
 find_package(OpenBLAS REQUIRED)  # cmake/FindOpenBLAS.cmake
 find_package(Threads REQUIRED)
 find_package(ZLIB)
-find_package(dnnl CONFIG QUIET)
-set(DDP_HAVE_DNNL ${dnnl_FOUND})
+find_package(GTest)  # tests only
+find_package(DNNL)  # cmake/FindDNNL.cmake
+set(DDP_HAVE_DNNL ${DNNL_FOUND})
 
 # ---- CUDA ------------------------------------------------------------------
 set(_cuda_found OFF)
@@ -22,7 +23,7 @@ if(NOT DDP_WITH_CUDA STREQUAL "OFF")
     endif()
   endif()
 endif()
-ddp_resolve_option(CUDA ${_cuda_found})
+ddp_resolve_option(CUDA "${_cuda_found}")
 if(DDP_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
@@ -36,7 +37,7 @@ if(DDP_HAVE_CUDA AND NOT DDP_WITH_NCCL STREQUAL "OFF")
   find_package(NCCL)  # cmake/FindNCCL.cmake; honours NCCL_ROOT
   set(_nccl_found ${NCCL_FOUND})
 endif()
-ddp_resolve_option(NCCL ${_nccl_found})
+ddp_resolve_option(NCCL "${_nccl_found}")
 
 # ---- MPI -------------------------------------------------------------------
 set(_mpi_found OFF)
@@ -44,7 +45,7 @@ if(NOT DDP_WITH_MPI STREQUAL "OFF")
   find_package(MPI COMPONENTS C)
   set(_mpi_found ${MPI_C_FOUND})
 endif()
-ddp_resolve_option(MPI ${_mpi_found})
+ddp_resolve_option(MPI "${_mpi_found}")
 
 # ---- Gloo ------------------------------------------------------------------
 set(_gloo_found OFF)
@@ -52,4 +53,4 @@ if(NOT DDP_WITH_GLOO STREQUAL "OFF")
   find_package(Gloo CONFIG QUIET)
   set(_gloo_found ${Gloo_FOUND})
 endif()
-ddp_resolve_option(GLOO ${_gloo_found})
+ddp_resolve_option(GLOO "${_gloo_found}")

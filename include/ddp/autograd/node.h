@@ -18,6 +18,16 @@ namespace ddp::autograd {
 
 class Node;
 
+// Shape, dtype and device of one input of a node, recorded with it so the
+// engine can check the gradients apply() returns (see Note [Gradient checks]
+// in engine.cpp). defined = false: the input was an undefined tensor.
+struct InputMeta {
+  Shape shape;
+  DType dtype = DType::f32;
+  Device device;
+  bool defined = false;
+};
+
 // One input of a node's backward: which node receives the gradient, and
 // which of that node's outputs it belongs to.
 struct Edge {
@@ -38,6 +48,10 @@ class Node : public std::enable_shared_from_this<Node> {
   const std::string& name() const { return name_; }
   const std::vector<Edge>& next_edges() const { return next_edges_; }
   std::vector<Edge>& mutable_next_edges() { return next_edges_; }
+  // Parallel to next_edges(), or empty when the node does not describe its
+  // inputs (then the engine checks only the number of gradients).
+  const std::vector<InputMeta>& input_meta() const { return input_meta_; }
+  std::vector<InputMeta>& mutable_input_meta() { return input_meta_; }
   int num_outputs() const { return num_outputs_; }
   void set_num_outputs(int n) { num_outputs_ = n; }
   // Creation order; the engine runs later nodes first (so backward follows
@@ -47,6 +61,7 @@ class Node : public std::enable_shared_from_this<Node> {
  private:
   std::string name_;
   std::vector<Edge> next_edges_;
+  std::vector<InputMeta> input_meta_;
   int num_outputs_ = 1;
   uint64_t sequence_nr_;
 };
@@ -71,6 +86,10 @@ struct AutogradMeta {
   std::weak_ptr<AccumulateGrad> grad_accumulator;  // leaves: shared by all uses
   std::map<int, std::function<void(Tensor&)>> post_accumulate_hooks;
   int next_hook_id = 0;
+  // The TensorImpl this meta belongs to, so that gradient_edge() can give a
+  // leaf's AccumulateGrad a weak_ptr to it (Tensor exposes only a raw impl
+  // pointer). Set by Tensor's autograd methods when they create the meta.
+  std::weak_ptr<TensorImpl> owner;
 };
 
 using BackwardFn = std::function<Tensors(const Tensors& grad_outputs)>;

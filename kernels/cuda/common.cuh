@@ -1,0 +1,169 @@
+#pragma once
+// Shared by the CUDA kernel files (kernels/cuda/*.cu): launch geometry, the
+// strided offset helper, and scalar casts that match the CPU kernels.
+//
+// Note [CUDA strided operands]
+// A kernel over N operands that share one shape gets an Indexer<N> by value:
+// the shape with size-1 dims dropped and neighbouring dims merged where every
+// operand walks them as one (stride[d] == stride[d+1] * size[d+1]), plus each
+// operand's strides. All-contiguous operands become one dim with unit
+// strides, so offsets() does no division: that is the contiguous fast path.
+// Kernels are grid-stride loops over the linear element index i in
+// row-major order of the shape.
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <type_traits>
+
+#include "core/cuda_check.h"
+#include "ddp/core/dispatch.h"
+#include "ddp/core/dtype.h"
+#include "ddp/tensor/backend.h"
+#include "ddp/tensor/tensor.h"
+
+namespace ddp::cuda_kernels {
+
+inline constexpr int kThreads = 256;
+
+// Blocks for a grid-stride loop over n items (at least 1, at most 65536).
+inline unsigned grid_for(int64_t n) {
+  int64_t blocks = (n + kThreads - 1) / kThreads;
+  return unsigned(std::clamp<int64_t>(blocks, 1, 65536));
+}
+
+template <int N>
+struct Indexer {
+  int ndim = 0;
+  int64_t sizes[kMaxDims];
+  int64_t strides[N][kMaxDims];
+
+  // Element offsets of linear index i (row-major over the shape) per operand.
+  __device__ __forceinline__ void offsets(int64_t i, int64_t (&off)[N]) const {
+#pragma unroll
+    for (int k = 0; k < N; ++k) off[k] = 0;
+    for (int d = ndim - 1; d >= 1; --d) {
+      int64_t q = i / sizes[d];
+      int64_t r = i - q * sizes[d];
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] += r * strides[k][d];
+      i = q;
+    }
+    if (ndim > 0) {
+#pragma unroll
+      for (int k = 0; k < N; ++k) off[k] += i * strides[k][0];
+    }
+  }
+};
+
+// Builds an Indexer over `shape` with one stride vector per operand. See
+// Note [CUDA strided operands].
+template <int N>
+Indexer<N> make_indexer(const Shape& shape, const std::array<const Shape*, N>& strides) {
+  DDP_CHECK(shape.size() <= size_t(kMaxDims), "cuda kernel: {} dims exceed kMaxDims={}",
+            shape.size(), kMaxDims);
+  // Drop size-1 dims, keeping the order outer -> inner.
+  int64_t size[kMaxDims];
+  int64_t st[N][kMaxDims];
+  int nd = 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 1) continue;
+    size[nd] = shape[d];
+    for (int k = 0; k < N; ++k) st[k][nd] = (*strides[k])[d];
+    ++nd;
+  }
+  // Merge from the inner end; merged dims are collected innermost first.
+  Indexer<N> ix;
+  int64_t msize[kMaxDims];
+  int64_t mst[N][kMaxDims];
+  int m = 0;
+  for (int d = nd - 1; d >= 0; --d) {
+    if (m > 0) {
+      bool ok = true;
+      for (int k = 0; k < N; ++k) ok = ok && st[k][d] == mst[k][m - 1] * msize[m - 1];
+      if (ok) {
+        msize[m - 1] *= size[d];
+        continue;
+      }
+    }
+    msize[m] = size[d];
+    for (int k = 0; k < N; ++k) mst[k][m] = st[k][d];
+    ++m;
+  }
+  ix.ndim = m;
+  for (int d = 0; d < kMaxDims; ++d) {
+    ix.sizes[d] = d < m ? msize[m - 1 - d] : 1;
+    for (int k = 0; k < N; ++k) ix.strides[k][d] = d < m ? mst[k][m - 1 - d] : 0;
+  }
+  return ix;
+}
+
+// Indexer over tensors that share one shape (the first one's).
+template <class... Ts>
+Indexer<int(sizeof...(Ts))> make_indexer(const Tensor& first, const Ts&... rest) {
+  return make_indexer<1 + int(sizeof...(Ts))>(first.shape(), {&first.strides(), &rest.strides()...});
+}
+
+template <class T>
+inline T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+// ---- scalar casts: see Note [CPU casts] in kernels/cpu/convert.h; these do
+// the very same conversions so the two backends agree bit for bit.
+template <class T>
+inline constexpr bool is_half_like = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
+
+DDP_INLINE_HD int64_t float_to_i64(double v) {
+  if (v != v) return 0;
+  if (v >= 9223372036854775807.0) return INT64_MAX;
+  if (v <= -9223372036854775808.0) return INT64_MIN;
+  return int64_t(v);
+}
+
+template <class D, class S>
+DDP_INLINE_HD D cast_to(S v) {
+  if constexpr (std::is_same_v<D, S>) {
+    return v;
+  } else if constexpr (std::is_same_v<D, bool>) {
+    if constexpr (is_half_like<S>) return float(v) != 0.0f;
+    else return v != S(0);
+  } else if constexpr (std::is_same_v<S, bool>) {
+    if constexpr (is_half_like<D>) return D(v ? 1.0f : 0.0f);
+    else return D(v ? 1 : 0);
+  } else if constexpr (is_half_like<D>) {
+    return D(float(v));
+  } else if constexpr (is_half_like<S>) {
+    return cast_to<D>(float(v));
+  } else if constexpr (std::is_floating_point_v<D>) {
+    return D(v);
+  } else if constexpr (std::is_floating_point_v<S>) {
+    return D(float_to_i64(double(v)));
+  } else {
+    return D(v);
+  }
+}
+
+// Load into / store from the compute type (Note [Compute type] in dtype.h).
+template <class T>
+DDP_INLINE_HD compute_t<T> load(T v) {
+  return compute_t<T>(v);
+}
+template <class T>
+DDP_INLINE_HD T store(compute_t<T> c) {
+  if constexpr (std::is_same_v<T, bool>) return c != 0;
+  else return T(c);
+}
+
+// Accumulation type of reductions: float for f16/bf16/f32, double for f64, int64 otherwise.
+template <class T>
+using acc_t = compute_t<T>;
+
+}  // namespace ddp::cuda_kernels
+
+// Grid-stride loop over [0, n) with a 64-bit index.
+#define DDP_KERNEL_LOOP(i, n)                                                              \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
+       i += int64_t(gridDim.x) * blockDim.x)
