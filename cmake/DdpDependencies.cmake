@@ -25,8 +25,8 @@ if(NOT DDP_WITH_CUDA STREQUAL "OFF")
 endif()
 ddp_resolve_option(CUDA "${_cuda_found}")
 if(DDP_HAVE_CUDA)
-  set(CMAKE_CUDA_STANDARD 20)
-  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  # CMake 3.25 does not know nvcc's C++20 flag, so src/CMakeLists.txt passes
+  # -std=c++20 to nvcc itself instead of CMAKE_CUDA_STANDARD.
   find_package(CUDNN)  # cmake/FindCUDNN.cmake; honours CUDNN_ROOT
   set(DDP_HAVE_CUDNN ${CUDNN_FOUND})
 endif()
