@@ -102,7 +102,7 @@ Indexer<N> make_indexer(const Shape& shape, const std::array<const Shape*, N>& s
 
 // Indexer over tensors that share one shape (the first one's).
 template <class... Ts>
-Indexer<int(sizeof...(Ts))> make_indexer(const Tensor& first, const Ts&... rest) {
+Indexer<1 + int(sizeof...(Ts))> make_indexer(const Tensor& first, const Ts&... rest) {
   return make_indexer<1 + int(sizeof...(Ts))>(first.shape(), {&first.strides(), &rest.strides()...});
 }
 
