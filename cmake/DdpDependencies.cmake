@@ -25,8 +25,14 @@ if(NOT DDP_WITH_CUDA STREQUAL "OFF")
 endif()
 ddp_resolve_option(CUDA "${_cuda_found}")
 if(DDP_HAVE_CUDA)
-  # CMake 3.25 does not know nvcc's C++20 flag, so src/CMakeLists.txt passes
-  # -std=c++20 to nvcc itself instead of CMAKE_CUDA_STANDARD.
+  # CMake 3.25 does not know nvcc's C++20 flag (nvcc >= 12 has it): teach it.
+  if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+  endif()
+  set(CMAKE_CUDA_STANDARD 20)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDNN)  # cmake/FindCUDNN.cmake; honours CUDNN_ROOT
   set(DDP_HAVE_CUDNN ${CUDNN_FOUND})
 endif()
