@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
     const int64_t n = 512, d = 16, classes = 2;
     Generator gen(42);
     TensorOptions opts = TensorOptions(kFloat32).device(device);
-    Tensor labels = (rand({n}, opts, &gen) > 0.5).to(kInt64);              // [n] in {0, 1}
+    Tensor labels = gt(rand({n}, opts, &gen), 0.5).to(kInt64);             // [n] in {0, 1}
     Tensor sign = labels.to(kFloat32) * 2.0 - 1.0;                         // +-1
     Tensor x = randn({n, d}, opts, &gen) + sign.unsqueeze(1).expand({n, d});
     Tensor target = one_hot(labels, classes).to(kFloat32);                 // [n, 2]

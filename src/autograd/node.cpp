@@ -112,6 +112,27 @@ class LambdaNode final : public Node {
   // Dropping the lambda frees every tensor it captured.
   void release() override { fn_ = nullptr; }
 
+  // Note [Iterative graph teardown]
+  // Freeing the last node of a long chain would free its predecessor from
+  // inside its destructor, and so on: one stack frame group per node, which
+  // overflows for a graph of some ten thousand ops (an unrolled sequence). So
+  // a dying node takes over the edges of every node it is the last owner of
+  // and frees them one by one from a loop.
+  ~LambdaNode() override {
+    std::vector<std::shared_ptr<Node>> dying;
+    auto take_edges = [&dying](std::vector<Edge>& edges) {
+      for (Edge& e : edges)
+        if (e.node && e.node.use_count() == 1) dying.push_back(std::move(e.node));
+      edges.clear();
+    };
+    take_edges(mutable_next_edges());
+    while (!dying.empty()) {
+      std::shared_ptr<Node> n = std::move(dying.back());
+      dying.pop_back();
+      take_edges(n->mutable_next_edges());
+    }  // n is freed here, with no edges left to recurse into
+  }
+
  private:
   BackwardFn fn_;
   std::vector<OutputMeta> outputs_;

@@ -47,6 +47,8 @@ Storage pinned_allocate(size_t nbytes);
 // `ptr` (the start of a pinned_allocate buffer) is used by work queued on
 // `stream` now. Call it right after enqueuing the copy.
 void pinned_record_event(void* ptr, cuda::Stream stream);
+// Frees cached pinned buffers that are not in use (part of cuda_empty_cache).
+void pinned_empty_cache();
 
 // ---- helpers for the CUDA sources ----------------------------------------------
 // RAII: makes `device` the calling thread's current CUDA device and restores the
@@ -62,9 +64,8 @@ class CudaDeviceGuard {
   int prev_ = -1;  // -1: nothing to restore
 };
 
-// Timing-disabled events from a per-device free list, for ordering work (the
-// allocators use them; so may the backends). The device must be current
-// (CudaDeviceGuard) when acquiring. Returns a cudaEvent_t.
+// Timing-disabled events of `device` from a per-device free list, for ordering
+// work (the allocators use them; so may the backends). Returns a cudaEvent_t.
 void* acquire_cuda_event(int device);
 void release_cuda_event(int device, void* event);  // noexcept in practice: logs errors
 
