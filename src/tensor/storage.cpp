@@ -8,7 +8,7 @@
 namespace ddp {
 
 Storage::Storage(void* data, size_t nbytes, Device device, Deleter deleter)
-    : impl_(std::make_shared<Impl>(Impl{data, nbytes, device, std::move(deleter)})) {}
+    : impl_(std::make_shared<Impl>(data, nbytes, device, std::move(deleter))) {}
 
 Storage::Impl::~Impl() {
   if (!deleter) return;

@@ -34,6 +34,10 @@ class Storage {
     size_t nbytes;
     Device device;
     Deleter deleter;
+    Impl(void* d, size_t n, Device dev, Deleter del)
+        : data(d), nbytes(n), device(dev), deleter(std::move(del)) {}
+    Impl(const Impl&) = delete;  // exactly one owner frees the memory
+    Impl& operator=(const Impl&) = delete;
     ~Impl();
   };
   std::shared_ptr<Impl> impl_;
