@@ -35,11 +35,15 @@ inline D cast_to(S v) {
   if constexpr (std::is_same_v<D, S>) {
     return v;
   } else if constexpr (std::is_same_v<D, bool>) {
-    if constexpr (is_half_like<S>) return float(v) != 0.0f;
-    else return v != S(0);
+    if constexpr (is_half_like<S>)
+      return float(v) != 0.0f;
+    else
+      return v != S(0);
   } else if constexpr (std::is_same_v<S, bool>) {
-    if constexpr (is_half_like<D>) return D(v ? 1.0f : 0.0f);
-    else return D(v ? 1 : 0);
+    if constexpr (is_half_like<D>)
+      return D(v ? 1.0f : 0.0f);
+    else
+      return D(v ? 1 : 0);
   } else if constexpr (is_half_like<D>) {
     return D(float(v));  // f64 -> f32 -> f16 rounds twice, like torch's c10::Half(double)
   } else if constexpr (is_half_like<S>) {
@@ -61,8 +65,10 @@ inline compute_t<T> load(T v) {
 }
 template <class T>
 inline T store(compute_t<T> c) {
-  if constexpr (std::is_same_v<T, bool>) return c != 0;
-  else return T(c);
+  if constexpr (std::is_same_v<T, bool>)
+    return c != 0;
+  else
+    return T(c);
 }
 
 }  // namespace ddp::cpu

@@ -68,7 +68,8 @@ void map(const Tensor& out, F f, const In<Ts>&... ins) {
 
 template <class Fn, class T>
 void unary_kernel(const Tensor& in, const Tensor& out) {
-  map<T>(out, [](T x) { return store<T>(Fn::forward(load(x))); }, in_of<T>(in));
+  map<T>(
+      out, [](T x) { return store<T>(Fn::forward(load(x))); }, in_of<T>(in));
 }
 
 template <class Fn, bool FloatOnly>
@@ -91,24 +92,25 @@ void unary_backward_kernel(const Tensor& x, const Tensor& y, const Tensor& dy, c
     return t.defined() ? in_of<T>(t) : In<T>{&kZero, &zeros};
   };
   map<T>(
-      dx,
-      [](T xv, T yv, T dyv) { return store<T>(Fn::backward(load(xv), load(yv), load(dyv))); },
+      dx, [](T xv, T yv, T dyv) { return store<T>(Fn::backward(load(xv), load(yv), load(dyv))); },
       maybe(x), maybe(y), in_of<T>(dy));
 }
 
 template <class Fn>
 void binary_op(const char* name, const Tensor& a, const Tensor& b, const Tensor& out) {
   dispatch_numeric(out.dtype(), name, [&]<class T>() {
-    map<T>(out, [](T av, T bv) { return store<T>(Fn::apply(load(av), load(bv))); }, in_of<T>(a),
-           in_of<T>(b));
+    map<T>(
+        out, [](T av, T bv) { return store<T>(Fn::apply(load(av), load(bv))); }, in_of<T>(a),
+        in_of<T>(b));
   });
 }
 
 template <class Fn>
 void compare_op(const char* name, const Tensor& a, const Tensor& b, const Tensor& out) {
   dispatch_all(a.dtype(), name, [&]<class T>() {
-    map<bool>(out, [](T av, T bv) { return bool(Fn::apply(load(av), load(bv))); }, in_of<T>(a),
-              in_of<T>(b));
+    map<bool>(
+        out, [](T av, T bv) { return bool(Fn::apply(load(av), load(bv))); }, in_of<T>(a),
+        in_of<T>(b));
   });
 }
 
@@ -116,8 +118,10 @@ void compare_op(const char* name, const Tensor& a, const Tensor& b, const Tensor
 
 void unary(UnaryOp op, const Tensor& in, const Tensor& out) {
   switch (op) {
-#define DDP_UNARY_CASE(name, Fn, float_only) \
-  case UnaryOp::name: unary_op<fn::Fn, float_only>(#name, in, out); return;
+#define DDP_UNARY_CASE(name, Fn, float_only)      \
+  case UnaryOp::name:                             \
+    unary_op<fn::Fn, float_only>(#name, in, out); \
+    return;
     DDP_FOR_EACH_UNARY_OP(DDP_UNARY_CASE)
 #undef DDP_UNARY_CASE
   }
@@ -127,9 +131,9 @@ void unary(UnaryOp op, const Tensor& in, const Tensor& out) {
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                     const Tensor& dx) {
   switch (op) {
-#define DDP_UNARY_BW_CASE(name, Fn, float_only)                                     \
-  case UnaryOp::name:                                                               \
-    dispatch_floating(dx.dtype(), #name "_backward",                                \
+#define DDP_UNARY_BW_CASE(name, Fn, float_only)                                            \
+  case UnaryOp::name:                                                                      \
+    dispatch_floating(dx.dtype(), #name "_backward",                                       \
                       [&]<class T>() { unary_backward_kernel<fn::Fn, T>(x, y, dy, dx); }); \
     return;
     DDP_FOR_EACH_UNARY_OP(DDP_UNARY_BW_CASE)
@@ -140,8 +144,10 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   switch (op) {
-#define DDP_BINARY_CASE(name, Fn) \
-  case BinaryOp::name: binary_op<fn::Fn>(#name, a, b, out); return;
+#define DDP_BINARY_CASE(name, Fn)        \
+  case BinaryOp::name:                   \
+    binary_op<fn::Fn>(#name, a, b, out); \
+    return;
     DDP_FOR_EACH_BINARY_OP(DDP_BINARY_CASE)
 #undef DDP_BINARY_CASE
   }
@@ -150,8 +156,10 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
 
 void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   switch (op) {
-#define DDP_COMPARE_CASE(name, Fn) \
-  case CompareOp::name: compare_op<fn::Fn>(#name, a, b, out); return;
+#define DDP_COMPARE_CASE(name, Fn)        \
+  case CompareOp::name:                   \
+    compare_op<fn::Fn>(#name, a, b, out); \
+    return;
     DDP_FOR_EACH_COMPARE_OP(DDP_COMPARE_CASE)
 #undef DDP_COMPARE_CASE
   }
@@ -160,8 +168,9 @@ void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) 
 
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
   dispatch_all(out.dtype(), "where", [&]<class T>() {
-    map<T>(out, [](bool c, T av, T bv) { return c ? av : bv; }, in_of<bool>(cond), in_of<T>(a),
-           in_of<T>(b));
+    map<T>(
+        out, [](bool c, T av, T bv) { return c ? av : bv; }, in_of<bool>(cond), in_of<T>(a),
+        in_of<T>(b));
   });
 }
 

@@ -27,7 +27,9 @@ Shape without_dim(const Tensor& t, int64_t dim) {
 int64_t stride_of(const Tensor& t, int64_t dim) {
   return t.strides().empty() ? 0 : t.strides()[size_t(dim)];
 }
-int64_t wrap(int64_t dim, const Tensor& t) { return dim < 0 ? dim + int64_t(t.shape().size()) : dim; }
+int64_t wrap(int64_t dim, const Tensor& t) {
+  return dim < 0 ? dim + int64_t(t.shape().size()) : dim;
+}
 
 template <class T, class I>
 void gather_kernel(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out) {
@@ -36,15 +38,14 @@ void gather_kernel(const Tensor& in, int64_t dim, const Tensor& index, const Ten
   const I* ip = ptr<const I>(index);
   const T* src = ptr<const T>(in);
   T* dst = ptr<T>(out);
-  for_each_run<3>(index.shape(), {&index.strides(), &out.strides(), &in_strides},
-                  [&](const RunInfo<3>& r) {
-                    const I* ix = ip + r.offset[0];
-                    T* o = dst + r.offset[1];
-                    const T* s = src + r.offset[2];
-                    for (int64_t i = 0; i < r.length; ++i)
-                      o[i * r.stride[1]] =
-                          s[i * r.stride[2] + int64_t(ix[i * r.stride[0]]) * dim_stride];
-                  });
+  for_each_run<3>(
+      index.shape(), {&index.strides(), &out.strides(), &in_strides}, [&](const RunInfo<3>& r) {
+        const I* ix = ip + r.offset[0];
+        T* o = dst + r.offset[1];
+        const T* s = src + r.offset[2];
+        for (int64_t i = 0; i < r.length; ++i)
+          o[i * r.stride[1]] = s[i * r.stride[2] + int64_t(ix[i * r.stride[0]]) * dim_stride];
+      });
 }
 
 template <class T, class I>

@@ -147,13 +147,16 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
       return;
     }
     // OpenBLAS takes 32-bit sizes and leading dimensions.
-    const int64_t biggest = std::max({B * M, N, K, a.strides()[1], a.strides()[2],
-                                      b.strides()[1], b.strides()[2]});
+    const int64_t biggest =
+        std::max({B * M, N, K, a.strides()[1], a.strides()[2], b.strides()[1], b.strides()[2]});
     if (biggest > INT_MAX)
-      DDP_THROW(NotImplementedError, "bmm: a dimension or stride exceeds 2^31-1 on the CPU ({} @ {})",
-                a.describe(), b.describe());
-    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) bmm_blas<T>(a, b, out);
-    else bmm_widened<T>(a, b, out);
+      DDP_THROW(NotImplementedError,
+                "bmm: a dimension or stride exceeds 2^31-1 on the CPU ({} @ {})", a.describe(),
+                b.describe());
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>)
+      bmm_blas<T>(a, b, out);
+    else
+      bmm_widened<T>(a, b, out);
   });
 }
 

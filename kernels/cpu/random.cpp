@@ -36,8 +36,8 @@ inline C mul_add_rounded(C x, C scale, C shift) {
 }
 
 template <class T>
-void random_kernel(const Tensor& out, Backend::Distribution dist, double a, double b,
-                   uint64_t seed, uint64_t counter) {
+void random_kernel(const Tensor& out, Backend::Distribution dist, double a, double b, uint64_t seed,
+                   uint64_t counter) {
   using C = compute_t<T>;
   T* p = ptr<T>(out);
   const int64_t n = out.numel();
@@ -48,8 +48,10 @@ void random_kernel(const Tensor& out, Backend::Distribution dist, double a, doub
     for (int64_t i = 0; i < n; ++i) {
       Philox4x32::draw(seed, counter + uint64_t(i), w);
       C u;
-      if constexpr (std::is_same_v<C, double>) u = Philox4x32::to_unit_double(w[0], w[1]);
-      else u = Philox4x32::to_unit_float(w[0]);
+      if constexpr (std::is_same_v<C, double>)
+        u = Philox4x32::to_unit_double(w[0], w[1]);
+      else
+        u = Philox4x32::to_unit_float(w[0]);
       p[i] = store<T>(mul_add_rounded(u, span, ca));
     }
   } else {

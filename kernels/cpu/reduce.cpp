@@ -27,8 +27,7 @@ C pairwise_sum(const T* p, int64_t n) {
       for (int k = 0; k < 8; ++k) acc[k] += load(p[i + k]);
     C tail = 0;
     for (; i < n; ++i) tail += load(p[i]);
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) +
-           tail;
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
   }
   // Split at a multiple of the block so the leaves stay full.
   const int64_t half = ((n / 2 + kBlock - 1) / kBlock) * kBlock;
@@ -91,7 +90,8 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out) {
     case ReduceOp::sum:
       dispatch_all(in.dtype(), "sum", [&]<class T>() {
         if constexpr (is_float_like<T>) {
-          for_rows<T, T>(in, out, [](const T* p, int64_t n) { return store<T>(pairwise_sum(p, n)); });
+          for_rows<T, T>(in, out,
+                         [](const T* p, int64_t n) { return store<T>(pairwise_sum(p, n)); });
         } else {
           for_rows<T, int64_t>(in, out, [](const T* p, int64_t n) { return int_sum(p, n); });
         }
@@ -109,7 +109,8 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out) {
       return;
     case ReduceOp::argmax:
       dispatch_all(in.dtype(), "argmax", [&]<class T>() {
-        for_rows<T, int64_t>(in, out, [](const T* p, int64_t n) { return arg_extreme<true>(p, n); });
+        for_rows<T, int64_t>(in, out,
+                             [](const T* p, int64_t n) { return arg_extreme<true>(p, n); });
       });
       return;
     case ReduceOp::argmin:

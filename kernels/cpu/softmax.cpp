@@ -46,8 +46,10 @@ void softmax_kernel(const Tensor& in, const Tensor& out, bool log) {
     // A row of all -inf gives NaN (like torch): -inf - -inf.
     if (log) {
       const C s = lane_sum<C>(cols, [&](int64_t j) { return std::exp(row[size_t(j)] - m); });
-      const C shift = m + std::log(s);
-      for (int64_t j = 0; j < cols; ++j) yr[j] = store<T>(row[size_t(j)] - shift);
+      // (x - m) - log(s), not x - (m + log(s)): m + log(s) would round to
+      // the coarse ulp of m when |m| is large.
+      const C log_s = std::log(s);
+      for (int64_t j = 0; j < cols; ++j) yr[j] = store<T>((row[size_t(j)] - m) - log_s);
     } else {
       for (int64_t j = 0; j < cols; ++j) row[size_t(j)] = std::exp(row[size_t(j)] - m);
       const C s = lane_sum<C>(cols, [&](int64_t j) { return row[size_t(j)]; });

@@ -19,8 +19,7 @@ static __global__ void binary_kernel(const T* a, const T* b, T* out, Indexer<3> 
 }
 
 template <class Fn, class T>
-static __global__ void compare_kernel(const T* a, const T* b, bool* out, Indexer<3> ix,
-                                      int64_t n) {
+static __global__ void compare_kernel(const T* a, const T* b, bool* out, Indexer<3> ix, int64_t n) {
   DDP_KERNEL_LOOP(i, n) {
     int64_t off[3];
     ix.offsets(i, off);
@@ -29,8 +28,8 @@ static __global__ void compare_kernel(const T* a, const T* b, bool* out, Indexer
 }
 
 template <class T>
-static __global__ void where_kernel(const bool* cond, const T* a, const T* b, T* out,
-                                    Indexer<4> ix, int64_t n) {
+static __global__ void where_kernel(const bool* cond, const T* a, const T* b, T* out, Indexer<4> ix,
+                                    int64_t n) {
   DDP_KERNEL_LOOP(i, n) {
     int64_t off[4];
     ix.offsets(i, off);
@@ -56,18 +55,19 @@ static void compare_op(const char* name, const Tensor& a, const Tensor& b, const
   const int64_t n = out.numel();
   const Indexer<3> ix = make_indexer(a, b, out);
   dispatch_all(a.dtype(), name, [&]<class T>() {
-    compare_kernel<Fn, T><<<grid_for(n), kThreads, 0, stream>>>(
-        ptr<const T>(a), ptr<const T>(b), ptr<bool>(out), ix, n);
+    compare_kernel<Fn, T><<<grid_for(n), kThreads, 0, stream>>>(ptr<const T>(a), ptr<const T>(b),
+                                                                ptr<bool>(out), ix, n);
     DDP_CUDA_CHECK_LAUNCH("compare_kernel");
   });
 }
 
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,
-            cudaStream_t stream) {
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream) {
   if (out.numel() == 0) return;
   switch (op) {
-#define DDP_BINARY_CASE(name, Fn) \
-  case BinaryOp::name: binary_op<fn::Fn>(#name, a, b, out, stream); return;
+#define DDP_BINARY_CASE(name, Fn)                \
+  case BinaryOp::name:                           \
+    binary_op<fn::Fn>(#name, a, b, out, stream); \
+    return;
     DDP_FOR_EACH_BINARY_OP(DDP_BINARY_CASE)
 #undef DDP_BINARY_CASE
   }
@@ -78,8 +78,10 @@ void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out,
              cudaStream_t stream) {
   if (out.numel() == 0) return;
   switch (op) {
-#define DDP_COMPARE_CASE(name, Fn) \
-  case CompareOp::name: compare_op<fn::Fn>(#name, a, b, out, stream); return;
+#define DDP_COMPARE_CASE(name, Fn)                \
+  case CompareOp::name:                           \
+    compare_op<fn::Fn>(#name, a, b, out, stream); \
+    return;
     DDP_FOR_EACH_COMPARE_OP(DDP_COMPARE_CASE)
 #undef DDP_COMPARE_CASE
   }
@@ -92,8 +94,8 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
   if (n == 0) return;
   const Indexer<4> ix = make_indexer(cond, a, b, out);
   dispatch_all(out.dtype(), "where", [&]<class T>() {
-    where_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(
-        ptr<const bool>(cond), ptr<const T>(a), ptr<const T>(b), ptr<T>(out), ix, n);
+    where_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(ptr<const bool>(cond), ptr<const T>(a),
+                                                          ptr<const T>(b), ptr<T>(out), ix, n);
     DDP_CUDA_CHECK_LAUNCH("where_kernel");
   });
 }

@@ -103,7 +103,8 @@ Indexer<N> make_indexer(const Shape& shape, const std::array<const Shape*, N>& s
 // Indexer over tensors that share one shape (the first one's).
 template <class... Ts>
 Indexer<1 + int(sizeof...(Ts))> make_indexer(const Tensor& first, const Ts&... rest) {
-  return make_indexer<1 + int(sizeof...(Ts))>(first.shape(), {&first.strides(), &rest.strides()...});
+  return make_indexer<1 + int(sizeof...(Ts))>(first.shape(),
+                                              {&first.strides(), &rest.strides()...});
 }
 
 template <class T>
@@ -128,11 +129,15 @@ DDP_INLINE_HD D cast_to(S v) {
   if constexpr (std::is_same_v<D, S>) {
     return v;
   } else if constexpr (std::is_same_v<D, bool>) {
-    if constexpr (is_half_like<S>) return float(v) != 0.0f;
-    else return v != S(0);
+    if constexpr (is_half_like<S>)
+      return float(v) != 0.0f;
+    else
+      return v != S(0);
   } else if constexpr (std::is_same_v<S, bool>) {
-    if constexpr (is_half_like<D>) return D(v ? 1.0f : 0.0f);
-    else return D(v ? 1 : 0);
+    if constexpr (is_half_like<D>)
+      return D(v ? 1.0f : 0.0f);
+    else
+      return D(v ? 1 : 0);
   } else if constexpr (is_half_like<D>) {
     return D(float(v));
   } else if constexpr (is_half_like<S>) {
@@ -153,8 +158,10 @@ DDP_INLINE_HD compute_t<T> load(T v) {
 }
 template <class T>
 DDP_INLINE_HD T store(compute_t<T> c) {
-  if constexpr (std::is_same_v<T, bool>) return c != 0;
-  else return T(c);
+  if constexpr (std::is_same_v<T, bool>)
+    return c != 0;
+  else
+    return T(c);
 }
 
 // Accumulation type of reductions: float for f16/bf16/f32, double for f64, int64 otherwise.
@@ -164,6 +171,6 @@ using acc_t = compute_t<T>;
 }  // namespace ddp::cuda_kernels
 
 // Grid-stride loop over [0, n) with a 64-bit index.
-#define DDP_KERNEL_LOOP(i, n)                                                              \
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n);                \
+#define DDP_KERNEL_LOOP(i, n)                                               \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); \
        i += int64_t(gridDim.x) * blockDim.x)

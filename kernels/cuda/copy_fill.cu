@@ -44,8 +44,8 @@ void copy(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
   const Indexer<2> ix = make_indexer(src, dst);
   dispatch_all(src.dtype(), "copy", [&]<class S>() {
     dispatch_all(dst.dtype(), "copy", [&]<class D>() {
-      copy_kernel<S, D><<<grid_for(n), kThreads, 0, stream>>>(ptr<const S>(src), ptr<D>(dst),
-                                                              ix, n);
+      copy_kernel<S, D>
+          <<<grid_for(n), kThreads, 0, stream>>>(ptr<const S>(src), ptr<D>(dst), ix, n);
       DDP_CUDA_CHECK_LAUNCH("copy_kernel");
     });
   });

@@ -25,8 +25,7 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
                     const Tensor& dx, cudaStream_t stream);
 
 // binary.cu
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out,
-            cudaStream_t stream);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream);
 void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out,
              cudaStream_t stream);
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out,

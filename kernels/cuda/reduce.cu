@@ -69,8 +69,7 @@ static __global__ void sum_float_rows_kernel(const T* in, T* out, int64_t rows, 
 
 // Integers and bool: exact wrapping sum into int64 (computed unsigned).
 template <class T>
-static __global__ void sum_int_rows_kernel(const T* in, int64_t* out, int64_t rows,
-                                           int64_t cols) {
+static __global__ void sum_int_rows_kernel(const T* in, int64_t* out, int64_t rows, int64_t cols) {
   __shared__ uint64_t sm[kThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const T* row = in + r * cols;
@@ -93,8 +92,10 @@ static __global__ void extreme_rows_kernel(const T* in, void* out, int64_t rows,
       best = better<IsMax>(best, Extreme<A>{load(row[j]), j});
     best = block_reduce(best, sm, [](Extreme<A> x, Extreme<A> y) { return better<IsMax>(x, y); });
     if (threadIdx.x == 0) {
-      if constexpr (Arg) static_cast<int64_t*>(out)[r] = best.col;
-      else static_cast<T*>(out)[r] = row[best.col];
+      if constexpr (Arg)
+        static_cast<int64_t*>(out)[r] = best.col;
+      else
+        static_cast<T*>(out)[r] = row[best.col];
     }
   }
 }
@@ -120,8 +121,8 @@ static void launch_extreme(const char* name, const Tensor& in, const Tensor& out
                            cudaStream_t stream) {
   const RowLaunch l = row_launch(in);
   dispatch_all(in.dtype(), name, [&]<class T>() {
-    extreme_rows_kernel<T, IsMax, Arg><<<l.blocks, l.threads, 0, stream>>>(
-        ptr<const T>(in), out.data_ptr(), l.rows, l.cols);
+    extreme_rows_kernel<T, IsMax, Arg>
+        <<<l.blocks, l.threads, 0, stream>>>(ptr<const T>(in), out.data_ptr(), l.rows, l.cols);
     DDP_CUDA_CHECK_LAUNCH("extreme_rows_kernel");
   });
 }
@@ -137,8 +138,8 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cudaStream_t 
       const RowLaunch l = row_launch(in);
       dispatch_all(in.dtype(), "sum", [&]<class T>() {
         if constexpr (is_half_like<T> || std::is_floating_point_v<T>) {
-          sum_float_rows_kernel<T><<<l.blocks, l.threads, 0, stream>>>(
-              ptr<const T>(in), ptr<T>(out), l.rows, l.cols);
+          sum_float_rows_kernel<T>
+              <<<l.blocks, l.threads, 0, stream>>>(ptr<const T>(in), ptr<T>(out), l.rows, l.cols);
         } else {
           sum_int_rows_kernel<T><<<l.blocks, l.threads, 0, stream>>>(
               ptr<const T>(in), ptr<int64_t>(out), l.rows, l.cols);
@@ -147,10 +148,18 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cudaStream_t 
       });
       return;
     }
-    case ReduceOp::max: launch_extreme<true, false>("max", in, out, stream); return;
-    case ReduceOp::min: launch_extreme<false, false>("min", in, out, stream); return;
-    case ReduceOp::argmax: launch_extreme<true, true>("argmax", in, out, stream); return;
-    case ReduceOp::argmin: launch_extreme<false, true>("argmin", in, out, stream); return;
+    case ReduceOp::max:
+      launch_extreme<true, false>("max", in, out, stream);
+      return;
+    case ReduceOp::min:
+      launch_extreme<false, false>("min", in, out, stream);
+      return;
+    case ReduceOp::argmax:
+      launch_extreme<true, true>("argmax", in, out, stream);
+      return;
+    case ReduceOp::argmin:
+      launch_extreme<false, true>("argmin", in, out, stream);
+      return;
   }
   DDP_THROW(NotImplementedError, "reduce_rows: unknown op {} on CUDA", int(op));
 }

@@ -52,8 +52,8 @@ static void unary_op(const char* name, const Tensor& in, const Tensor& out, cuda
 }
 
 template <class Fn>
-static void unary_backward_op(const char* name, const Tensor& x, const Tensor& y,
-                              const Tensor& dy, const Tensor& dx, cudaStream_t stream) {
+static void unary_backward_op(const char* name, const Tensor& x, const Tensor& y, const Tensor& dy,
+                              const Tensor& dx, cudaStream_t stream) {
   dispatch_floating(dx.dtype(), name, [&]<class T>() {
     const int64_t n = dx.numel();
     // An undefined x or y gets all-zero strides (it is never read).
@@ -63,8 +63,8 @@ static void unary_backward_op(const char* name, const Tensor& x, const Tensor& y
     const Indexer<4> ix = make_indexer<4>(dx.shape(), {&xs, &ys, &dy.strides(), &dx.strides()});
     const T* xp = x.defined() ? ptr<const T>(x) : nullptr;
     const T* yp = y.defined() ? ptr<const T>(y) : nullptr;
-    unary_backward_kernel<Fn, T><<<grid_for(n), kThreads, 0, stream>>>(
-        xp, yp, ptr<const T>(dy), ptr<T>(dx), ix, n);
+    unary_backward_kernel<Fn, T>
+        <<<grid_for(n), kThreads, 0, stream>>>(xp, yp, ptr<const T>(dy), ptr<T>(dx), ix, n);
     DDP_CUDA_CHECK_LAUNCH("unary_backward_kernel");
   });
 }
@@ -72,8 +72,10 @@ static void unary_backward_op(const char* name, const Tensor& x, const Tensor& y
 void unary(UnaryOp op, const Tensor& in, const Tensor& out, cudaStream_t stream) {
   if (out.numel() == 0) return;
   switch (op) {
-#define DDP_UNARY_CASE(name, Fn, float_only) \
-  case UnaryOp::name: unary_op<fn::Fn, float_only>(#name, in, out, stream); return;
+#define DDP_UNARY_CASE(name, Fn, float_only)              \
+  case UnaryOp::name:                                     \
+    unary_op<fn::Fn, float_only>(#name, in, out, stream); \
+    return;
     DDP_FOR_EACH_UNARY_OP(DDP_UNARY_CASE)
 #undef DDP_UNARY_CASE
   }
@@ -84,8 +86,10 @@ void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& 
                     const Tensor& dx, cudaStream_t stream) {
   if (dx.numel() == 0) return;
   switch (op) {
-#define DDP_UNARY_BW_CASE(name, Fn, float_only) \
-  case UnaryOp::name: unary_backward_op<fn::Fn>(#name "_backward", x, y, dy, dx, stream); return;
+#define DDP_UNARY_BW_CASE(name, Fn, float_only)                         \
+  case UnaryOp::name:                                                   \
+    unary_backward_op<fn::Fn>(#name "_backward", x, y, dy, dx, stream); \
+    return;
     DDP_FOR_EACH_UNARY_OP(DDP_UNARY_BW_CASE)
 #undef DDP_UNARY_BW_CASE
   }

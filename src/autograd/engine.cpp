@@ -181,8 +181,7 @@ void run_node(GraphTask& task, const std::shared_ptr<Node>& node) {
 
 // Shared by backward() and grad(): checks the roots, seeds their gradients
 // and runs the graph.
-void execute(GraphTask& task, const Tensors& roots, const Tensors& grad_roots,
-             const char* api) {
+void execute(GraphTask& task, const Tensors& roots, const Tensors& grad_roots, const char* api) {
   DDP_CHECK(roots.size() == grad_roots.size(), "{}: got {} roots but {} root gradients", api,
             roots.size(), grad_roots.size());
   DDP_CHECK(!roots.empty(), "{}: no roots given", api);
@@ -194,14 +193,13 @@ void execute(GraphTask& task, const Tensors& roots, const Tensors& grad_roots,
     const Tensor& r = roots[i];
     DDP_CHECK(r.defined(), "{}: root {} is undefined", api, i);
     Edge e = gradient_edge(r);
-    DDP_CHECK(e.node != nullptr,
-              "{}: root {} ({}) does not require grad and has no grad_fn", api, i,
-              r.describe());
+    DDP_CHECK(e.node != nullptr, "{}: root {} ({}) does not require grad and has no grad_fn", api,
+              i, r.describe());
     Tensor g = grad_roots[i];
     if (!g.defined()) {
       DDP_CHECK(r.numel() == 1,
-                "{}: a gradient can be implied only for a one-element root; root {} is {}", api,
-                i, r.describe());
+                "{}: a gradient can be implied only for a one-element root; root {} is {}", api, i,
+                r.describe());
       g = Tensor::ones(r.shape(), TensorOptions(r.dtype()).device(r.device()));
     }
     DDP_CHECK_T(ShapeError, g.shape() == r.shape(), "{}: gradient {} does not match root {} {}",

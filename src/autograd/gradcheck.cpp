@@ -14,8 +14,10 @@ namespace {
 
 // Note [Gradcheck with random weights]
 // Instead of the full Jacobian, gradcheck checks d s / d x for the scalar
-// s = sum_k sum(w_k * out_k) with random weights w_k: one backward gives the
-// analytical gradient of s (a vector-Jacobian product with w), and central
+// s = sum_k sum(w_k * out_k) with random weights w_k. One backward seeded
+// with w_k as the gradient of out_k gives the analytical gradient of s (the
+// vector-Jacobian product with w; seeding directly rather than building s
+// with mul and sum keeps those ops out of the check), and central
 // differences of s give the numerical one. Random weights make a wrong
 // Jacobian entry show up unless it happens to be cancelled exactly; two
 // independent weight draws make that vanishingly unlikely, and the same
@@ -69,7 +71,8 @@ GradcheckResult gradcheck(const std::function<Tensors(const Tensors&)>& fn, cons
   Tensors base_outs;
   {
     NoGradGuard no_grad;
-    for (const Tensor& x : inputs) work.push_back(x.defined() ? x.detach().clone() : Tensor());
+    for (const Tensor& x : inputs)
+      work.push_back(x.defined() ? x.detach().clone().contiguous() : Tensor());
     base_outs = fn(work);
     base = output_values(base_outs);
   }
@@ -84,7 +87,7 @@ GradcheckResult gradcheck(const std::function<Tensors(const Tensors&)>& fn, cons
       kNumWeightDraws, std::vector<std::vector<double>>(diff.size()));
   for (size_t n = 0; n < diff.size(); ++n) {
     Tensor& x = work[diff[n]];
-    double* data = x.data<double>();  // contiguous: a fresh clone
+    double* data = x.data<double>();  // a contiguous private clone: safe to poke
     for (int64_t j = 0; j < x.numel(); ++j) {
       const double orig = data[j];
       std::vector<std::vector<double>> plus, minus;
@@ -126,8 +129,9 @@ GradcheckResult gradcheck(const std::function<Tensors(const Tensors&)>& fn, cons
 
     for (size_t n = 0; n < diff.size(); ++n) {
       const Tensor& x = inputs[diff[n]];
-      std::vector<double> analytical =
-          grads[n].defined() ? grads[n].to_vector<double>() : std::vector<double>(size_t(x.numel()), 0.0);
+      std::vector<double> analytical = grads[n].defined()
+                                           ? grads[n].to_vector<double>()
+                                           : std::vector<double>(size_t(x.numel()), 0.0);
       for (size_t j = 0; j < analytical.size(); ++j) {
         const double a = analytical[j], num = numerical[d][n][j];
         if (std::abs(a - num) <= opts.atol + opts.rtol * std::abs(num)) continue;

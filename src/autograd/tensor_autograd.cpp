@@ -66,8 +66,7 @@ void Tensor::set_grad(const Tensor& grad) {
               grad.describe(), describe());
   DDP_CHECK_T(DeviceError, grad.device() == device(), "set_grad: gradient {} does not match {}",
               grad.describe(), describe());
-  DDP_CHECK(!grad.is_same(*this), "set_grad: a tensor cannot be its own gradient ({})",
-            describe());
+  DDP_CHECK(!grad.is_same(*this), "set_grad: a tensor cannot be its own gradient ({})", describe());
   ensure_meta(impl_).grad = grad;
 }
 

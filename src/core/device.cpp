@@ -1,6 +1,7 @@
 #include "ddp/core/device.h"
 
-#include <cstdlib>
+#include <algorithm>
+#include <string>
 
 #include "ddp/core/error.h"
 
@@ -15,12 +16,12 @@ Device::Device(const std::string& spec) {
     *this = Device::cuda(0);
     return;
   }
-  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5) {
+  // "cuda:" then 1-4 decimal digits below 1024: no sign, no spaces (strtol would take both).
+  if (spec.rfind("cuda:", 0) == 0 && spec.size() > 5 && spec.size() <= 9) {
     const std::string num = spec.substr(5);
-    char* end = nullptr;
-    long idx = std::strtol(num.c_str(), &end, 10);
-    if (*end == '\0' && idx >= 0 && idx < 1024) {
-      *this = Device::cuda(int(idx));
+    if (std::all_of(num.begin(), num.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+        std::stoi(num) < 1024) {
+      *this = Device::cuda(std::stoi(num));
       return;
     }
   }

@@ -89,8 +89,11 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
     bool need_a = autograd::needs_grad({a}), need_b = autograd::needs_grad({b});
     Shape sa = a.shape(), sb = b.shape();
     DType da = a.dtype(), db = b.dtype();
+    // add and sub need no operand values: saving none keeps activations free.
+    bool linear = op == BinaryOp::add || op == BinaryOp::sub;
+    Tensor as = linear ? Tensor() : ap, bs = linear ? Tensor() : bp;
     autograd::record(name, {a, b}, {out}, [=](const Tensors& grads) -> Tensors {
-      const Tensor& g = grads[0];
+      const Tensor &g = grads[0], &ap = as, &bp = bs;
       Tensor ga, gb;  // in the promoted dtype and the broadcast shape
       switch (op) {
         case BinaryOp::add:
@@ -120,8 +123,8 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
         }
       }
       Tensors out_grads(2);
-      if (need_a) out_grads[0] = dense(grad_as(sum_to(ga, sa), da));
-      if (need_b) out_grads[1] = dense(grad_as(sum_to(gb, sb), db));
+      if (need_a) out_grads[0] = grad_as(sum_to(ga, sa), da);
+      if (need_b) out_grads[1] = grad_as(sum_to(gb, sb), db);
       return out_grads;
     });
   }
@@ -204,10 +207,11 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
     autograd::record(name, {a, b}, {out}, [=](const Tensors& grads) -> Tensors {
       const Tensor& g = grads[0];
       Tensors r(2);
-      if (need_a)
-        r[0] = dense(grad_as(
-            sum_to(where(c, g, scalar_tensor(0.0, g.dtype(), g.device())), sa), da));
-      if (need_b) r[1] = dense(grad_as(sum_to(where(c, 0.0, g), sb), db));
+      if (need_a) {
+        Tensor zero = scalar_tensor(0.0, g.dtype(), g.device());
+        r[0] = grad_as(sum_to(where(c, g, zero), sa), da);
+      }
+      if (need_b) r[1] = grad_as(sum_to(where(c, 0.0, g), sb), db);
       return r;
     });
   }

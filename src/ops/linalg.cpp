@@ -127,14 +127,16 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
   // over the batch dims each operand was broadcast along.
   if (autograd::needs_grad({a, b})) {
     bool need_a = autograd::needs_grad({a}), need_b = autograd::needs_grad({b});
-    Shape g_shape = batch, sa = a.shape(), sb = b.shape();
+    Shape g_shape = batch, sa = a.shape(), sb = b.shape(), sa2 = a2.shape(), sb2 = b2.shape();
     g_shape.push_back(M);
     g_shape.push_back(N);
+    // Each gradient needs only the other operand: save no more than that.
+    Tensor a_saved = need_b ? a2 : Tensor(), b_saved = need_a ? b2 : Tensor();
     autograd::record(name, {a, b}, {out}, [=](const Tensors& grads) -> Tensors {
       Tensor g2 = grads[0].reshape(g_shape);
       Tensors r(2);
-      if (need_a) r[0] = dense(sum_to(matmul(g2, b2.transpose(-1, -2)), a2.shape()).reshape(sa));
-      if (need_b) r[1] = dense(sum_to(matmul(a2.transpose(-1, -2), g2), b2.shape()).reshape(sb));
+      if (need_a) r[0] = sum_to(matmul(g2, b_saved.transpose(-1, -2)), sa2).reshape(sa);
+      if (need_b) r[1] = sum_to(matmul(a_saved.transpose(-1, -2), g2), sb2).reshape(sb);
       return r;
     });
   }
@@ -156,11 +158,12 @@ Tensor bmm(const Tensor& a, const Tensor& b) {
 
   if (autograd::needs_grad({a, b})) {
     bool need_a = autograd::needs_grad({a}), need_b = autograd::needs_grad({b});
+    Tensor a_saved = need_b ? ad : Tensor(), b_saved = need_a ? bd : Tensor();
     autograd::record(name, {a, b}, {out}, [=](const Tensors& grads) -> Tensors {
       const Tensor& g = grads[0];
       Tensors r(2);
-      if (need_a) r[0] = bmm(g, bd.transpose(1, 2));
-      if (need_b) r[1] = bmm(ad.transpose(1, 2), g);
+      if (need_a) r[0] = bmm(g, b_saved.transpose(1, 2));
+      if (need_b) r[1] = bmm(a_saved.transpose(1, 2), g);
       return r;
     });
   }

@@ -68,9 +68,6 @@ std::vector<double> host_doubles(const Tensor& t);
 inline Tensor grad_as(const Tensor& g, DType input_dtype) {
   return g.defined() ? cast_to(g, input_dtype) : g;
 }
-// Materializes a gradient that may be a stride-0 or narrowed view, so a
-// leaf's .grad never aliases a broadcast buffer.
-inline Tensor dense(const Tensor& g) { return g.defined() ? g.contiguous() : g; }
 
 // x with the sorted `dims` moved last, made contiguous and viewed as
 // [rows, cols] for Backend::reduce_rows. keep_shape is x's shape with the

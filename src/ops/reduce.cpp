@@ -62,7 +62,7 @@ Tensor sum_into(const char* op, const Tensor& x, const std::vector<int64_t>& dim
   if (autograd::needs_grad({x})) {
     Shape keep = rv.keep_shape, xs = x.shape();
     autograd::record(op, {x}, {out}, [keep, xs](const Tensors& g) -> Tensors {
-      return {g[0].reshape(keep).expand(xs).contiguous()};
+      return {g[0].reshape(keep).expand(xs)};
     });
   }
   return out;
@@ -89,6 +89,8 @@ int64_t count_of(const Tensor& x, const std::vector<int64_t>& dims) {
   return n;
 }
 
+bool is_half(DType dt) { return dt == DType::f16 || dt == DType::bf16; }
+
 void check_floating(const char* op, const Tensor& x) {
   DDP_CHECK_T(DTypeError, is_floating(x.dtype()),
               "{}: expected a floating tensor (f32, f64, f16, bf16), got {}", op, x.describe());
@@ -110,10 +112,16 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   return sum_into("sum", x, d, reduced_shape(x.shape(), d, keepdim));
 }
 
-// mean and var are composite: their gradients come from sum, mul and sub.
+// mean and var are composite: their gradients come from sum, mul, sub and to.
+//
+// Note [Half-precision statistics]
+// mean and var of f16/bf16 are computed in f32 and rounded once at the end
+// (like torch's f32 accumulation): their intermediate sums would overflow
+// f16's range (65504) long before the result does.
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
   check_defined("mean", x, "x");
   check_floating("mean", x);
+  if (is_half(x.dtype())) return mean(x.to(DType::f32), dims, keepdim).to(x.dtype());
   std::vector<int64_t> d = normalize_dims("mean", x, dims);
   // An empty reduction gives 0 * inf = NaN, like torch.
   return mul(sum(x, d, keepdim), 1.0 / double(count_of(x, d)));
@@ -122,6 +130,7 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
   check_defined("var", x, "x");
   check_floating("var", x);
+  if (is_half(x.dtype())) return var(x.to(DType::f32), dims, correction, keepdim).to(x.dtype());
   std::vector<int64_t> d = normalize_dims("var", x, dims);
   Tensor centered = sub(x, mean(x, d, /*keepdim=*/true));
   // N - correction <= 0 divides by zero: inf, or NaN for a zero sum, like torch.

@@ -1,6 +1,7 @@
 // The CPU backend: host memory plus the kernels of kernels/cpu/. This file
 // only forwards; see kernels/cpu/kernels.h for the kernel families.
 
+#include <cstdint>
 #include <cstdlib>
 
 #include "cpu/kernels.h"
@@ -23,7 +24,9 @@ class CpuBackend final : public Backend {
 
   Storage allocate(size_t nbytes, int /*device_index*/) override {
     const size_t rounded = (nbytes + kHostAlignment - 1) / kHostAlignment * kHostAlignment;
-    void* p = std::aligned_alloc(kHostAlignment, rounded == 0 ? kHostAlignment : rounded);
+    void* p = nbytes > SIZE_MAX - kHostAlignment
+                  ? nullptr
+                  : std::aligned_alloc(kHostAlignment, rounded == 0 ? kHostAlignment : rounded);
     if (p == nullptr)
       DDP_THROW(OutOfMemoryError, "CPU allocator: could not allocate {} bytes of host memory",
                 nbytes);

@@ -1,6 +1,8 @@
 // The CUDA caching allocator: device memory for tensors without cudaMalloc or
 // cudaFree on the hot path. See Note [Caching allocator].
 
+#include "ddp/tensor/cuda.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,7 +17,6 @@
 #include "core/cuda_check.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
-#include "ddp/tensor/cuda.h"
 #include "tensor/cuda_allocator.h"
 
 namespace ddp {
@@ -114,7 +115,7 @@ class DeviceAllocator {
   Block* allocate(size_t nbytes, cudaStream_t stream) {
     std::lock_guard<std::mutex> g(mu_);
     process_events(/*wait=*/false);
-    if (nbytes > std::numeric_limits<size_t>::max() / 2) throw_oom(nbytes, nbytes);
+    if (nbytes > std::numeric_limits<size_t>::max() / 2) throw_oom(nbytes, nbytes, false);
     const size_t size = round_up(nbytes, kRound);
     const bool small = size <= kSmallSize;
     Pool& pool = small ? small_ : large_;
@@ -169,11 +170,13 @@ class DeviceAllocator {
       b->uses.clear();
     } catch (const std::exception& e) {
       // CUDA is failing (or shutting down). The block cannot be proven idle,
-      // so it is leaked rather than risk handing out memory still in use.
-      // If some events were recorded, it comes back when they complete.
-      DDP_LOG_WARNING("CUDA caching allocator: cannot record stream events for a freed block "
-                      "of {} on cuda:{}; not reusing it: {}",
-                      format_bytes(b->size), device_, e.what());
+      // so it is leaked rather than risk handing out memory still in use: a
+      // phantom pending event that never completes keeps it out of the pool.
+      ++b->pending_events;
+      DDP_LOG_WARNING(
+          "CUDA caching allocator: cannot record stream events for a freed block "
+          "of {} on cuda:{}; not reusing it: {}",
+          format_bytes(b->size), device_, e.what());
       b->uses.clear();
     }
   }
@@ -253,10 +256,10 @@ class DeviceAllocator {
       release_cached();
       err = cuda_malloc(&ptr, seg);
     }
-    if (err == cudaErrorMemoryAllocation) throw_oom(nbytes, seg);
+    if (err == cudaErrorMemoryAllocation) throw_oom(nbytes, seg, true);
     if (err != cudaSuccess)
-      DDP_THROW(CudaError, "cudaMalloc of {} on cuda:{} failed: {}: {}", format_bytes(seg),
-                device_, cudaGetErrorName(err), cudaGetErrorString(err));
+      DDP_THROW(CudaError, "cudaMalloc of {} on cuda:{} failed: {}: {}", format_bytes(seg), device_,
+                cudaGetErrorName(err), cudaGetErrorString(err));
     auto* b = new Block;
     b->ptr = ptr;
     b->size = seg;
@@ -276,7 +279,8 @@ class DeviceAllocator {
     return err;
   }
 
-  [[noreturn]] void throw_oom(size_t nbytes, size_t segment) {
+  // released: the cache was emptied before the last attempt.
+  [[noreturn]] void throw_oom(size_t nbytes, size_t segment, bool released) {
     ++stats_.num_ooms;
     size_t free_b = 0, total_b = 0;
     std::string device_info;
@@ -287,13 +291,14 @@ class DeviceAllocator {
       else
         (void)cudaGetLastError(), device_info = "total/free unknown";
     }
-    DDP_THROW(OutOfMemoryError,
-              "CUDA out of memory: tried to allocate {} ({} bytes, as a segment of {}) on "
-              "cuda:{} ({}). libddp has {} allocated to tensors and {} reserved by its caching "
-              "allocator on this device (cached blocks were already returned to the driver "
-              "before this attempt). Free tensors you no longer need or use a smaller batch",
-              format_bytes(nbytes), nbytes, format_bytes(segment), device_, device_info,
-              format_bytes(stats_.allocated_bytes), format_bytes(stats_.reserved_bytes));
+    DDP_THROW(
+        OutOfMemoryError,
+        "CUDA out of memory: tried to allocate {} ({} bytes, as a segment of {}) on "
+        "cuda:{} ({}). libddp has {} allocated to tensors and {} reserved by its caching "
+        "allocator on this device{}. Free tensors you no longer need or use a smaller batch",
+        format_bytes(nbytes), nbytes, format_bytes(segment), device_, device_info,
+        format_bytes(stats_.allocated_bytes), format_bytes(stats_.reserved_bytes),
+        released ? " (unused cached blocks were returned to the driver before retrying)" : "");
   }
 
   // Freed blocks whose events have all completed go back to their pool. With

@@ -3,6 +3,8 @@
 // the caching allocator (cuda_allocator_cuda.cpp). Also the internal helpers
 // of cuda_allocator.h: CudaDeviceGuard and the event free lists.
 
+#include "ddp/tensor/cuda.h"
+
 #include <cuda_runtime.h>
 
 #include <mutex>
@@ -12,7 +14,6 @@
 #include "core/cuda_check.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
-#include "ddp/tensor/cuda.h"
 #include "tensor/cuda_allocator.h"
 
 namespace ddp {
@@ -234,9 +235,7 @@ Event::~Event() {
   if (handle_) DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(handle_)));
 }
 
-Event::Event(Event&& o) noexcept : handle_(o.handle_), device_(o.device_) {
-  o.handle_ = nullptr;
-}
+Event::Event(Event&& o) noexcept : handle_(o.handle_), device_(o.device_) { o.handle_ = nullptr; }
 
 Event& Event::operator=(Event&& o) noexcept {
   if (this != &o) {
@@ -261,8 +260,8 @@ void Event::record(const Stream& s) {
     handle_ = e;
     device_ = s.device();
   }
-  DDP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(handle_),
-                                 static_cast<cudaStream_t>(s.handle())));
+  DDP_CUDA_CHECK(
+      cudaEventRecord(static_cast<cudaEvent_t>(handle_), static_cast<cudaStream_t>(s.handle())));
 }
 
 // An event never recorded counts as complete (like cudaEventQuery on a fresh

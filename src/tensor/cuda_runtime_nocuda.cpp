@@ -2,10 +2,11 @@
 // device is ever available, and everything that needs one raises DeviceError,
 // so code written for GPUs fails with a clear message instead of a link error.
 
+#include "ddp/tensor/cuda.h"
+
 #include <string>
 
 #include "ddp/core/error.h"
-#include "ddp/tensor/cuda.h"
 #include "tensor/cuda_allocator.h"
 
 namespace ddp {

@@ -160,9 +160,9 @@ class PinnedAllocator {
     }
   }
 
-  std::mutex mu_;  // guards everything below
+  std::mutex mu_;                                   // guards everything below
   std::unordered_map<void*, PinnedBlock*> blocks_;  // every buffer, by address
-  std::set<std::pair<size_t, void*>> free_;          // (size, address) of free buffers
+  std::set<std::pair<size_t, void*>> free_;         // (size, address) of free buffers
   std::vector<Pending> pending_;
   size_t reserved_ = 0;
 };

@@ -78,6 +78,7 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Ten
               "from_vector: {} values do not fill shape {} ({} elements)", values.size(),
               shape_str(shape), shape_numel(shape));
   constexpr DType src_dtype = dtype_of<T>();
+  if (!opts.dtype_set_) opts = opts.dtype(src_dtype);  // from_vector<int32_t> gives i32
   Tensor host = empty(shape, TensorOptions(src_dtype));
   T* p = host.data<T>();
   for (size_t i = 0; i < values.size(); ++i) p[i] = values[i];  // vector<bool> has no data()
@@ -101,9 +102,9 @@ Tensor Tensor::from_storage(Storage storage, const Shape& shape, const Shape& st
     DDP_CHECK_T(ShapeError, shape[i] >= 0 && strides[i] >= 0,
                 "from_storage: negative size or stride in shape {} strides {}", shape_str(shape),
                 shape_str(strides));
-    if (shape[i] == 0) last = offset - 1;
-    else last += (shape[i] - 1) * strides[i];
+    last += std::max<int64_t>(shape[i] - 1, 0) * strides[i];
   }
+  if (shape_numel(shape) == 0) last = offset - 1;  // an empty view reads nothing
   DDP_CHECK_T(ShapeError, offset >= 0 && (last < offset ||
                   size_t(last + 1) * element_size(dtype) <= storage.nbytes()),
               "from_storage: shape {} strides {} offset {} exceeds the storage of {} bytes",
@@ -220,9 +221,13 @@ Tensor Tensor::to(Device device, DType dtype, bool non_blocking) const {
   return out;
 }
 Tensor Tensor::to(Device device, bool non_blocking) const {
+  check_defined("to");
   return to(device, dtype(), non_blocking);
 }
-Tensor Tensor::to(DType dtype) const { return to(device(), dtype); }
+Tensor Tensor::to(DType dtype) const {
+  check_defined("to");
+  return to(device(), dtype);
+}
 
 Tensor Tensor::clone() const {
   check_defined("clone");
@@ -248,11 +253,24 @@ static void check_inplace(const Tensor& t, const char* op) {
               t.describe());
 }
 
+// src expanded to shape, for an in-place op that writes shape: broadcasting
+// goes into src only, never into the destination.
+static Tensor broadcast_source(const Tensor& src, const Shape& shape, const char* op) {
+  bool ok = src.dim() <= int64_t(shape.size());
+  for (int64_t i = 0; ok && i < src.dim(); ++i) {
+    int64_t have = src.shape()[src.dim() - 1 - i], want = shape[shape.size() - 1 - i];
+    ok = have == want || have == 1;
+  }
+  DDP_CHECK_T(ShapeError, ok, "{}: cannot broadcast {} to shape {}", op, src.describe(),
+              shape_str(shape));
+  return src.expand(shape);
+}
+
 Tensor& Tensor::copy_(const Tensor& src, bool non_blocking) {
   check_defined("copy_");
   DDP_CHECK(src.defined(), "copy_: the source tensor is undefined");
   check_inplace(*this, "copy_");
-  Tensor s = src.expand(shape());  // raises ShapeError when src does not broadcast
+  Tensor s = broadcast_source(src, shape(), "copy_");
   autograd::NoGradGuard no_grad;
   if (s.device() != device()) {
     if (s.dtype() != dtype()) s = s.to(dtype());
@@ -307,7 +325,7 @@ static Tensor& binary_inplace(Tensor& self, BinaryOp op, const Tensor& other, co
   DDP_CHECK_T(DTypeError, self.dtype() != DType::bool_, "{}: arithmetic on bool tensor {}", name,
               self.describe());
   autograd::NoGradGuard no_grad;
-  Tensor b = other.to(self.device(), self.dtype()).expand(self.shape());
+  Tensor b = broadcast_source(other.to(self.device(), self.dtype()), self.shape(), name);
   backend_for(self.device()).binary(op, self, b, self);
   return self;
 }

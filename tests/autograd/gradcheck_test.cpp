@@ -40,7 +40,10 @@ TEST(Gradcheck, Softmax) {
 TEST(Gradcheck, SeveralOutputsAndAConstantInput) {
   Tensor x = random_f64({4}, 6), c = random_f64({4}, 7, /*requires_grad=*/false);
   auto r = gradcheck(
-      [](const Tensors& in) { return Tensors{tanh(in[0]) * in[1], sum(in[0] * in[0])}; }, {x, c});
+      [](const Tensors& in) {
+        return Tensors{tanh(in[0]) * in[1], sum(in[0] * in[0])};
+      },
+      {x, c});
   EXPECT_TRUE(r.ok) << r.message;
 }
 
@@ -76,9 +79,8 @@ TEST(Gradcheck, RightCustomBackwardPasses) {
       NoGradGuard no_grad;
       y = x * x;
     }
-    autograd::record("square", {x}, {y}, [xd = x.detach()](const Tensors& g) {
-      return Tensors{g[0] * xd * 2.0};
-    });
+    autograd::record("square", {x}, {y},
+                     [xd = x.detach()](const Tensors& g) { return Tensors{g[0] * xd * 2.0}; });
     return Tensors{y};
   };
   auto r = gradcheck(right_square, {x});

@@ -49,7 +49,7 @@ TEST(Device, Str) {
 
 TEST(Device, RejectsBadSpecsWithValueError) {
   for (const char* bad : {"", "gpu", "CPU", "CUDA", "cuda:", "cuda:x", "cuda:-1", "cuda:1x",
-                          "cuda:1.5", " cpu", "cpu ", "cuda0", "cuda: 1", "cuda:99999999999999999999",
+                          "cuda:1.5", "cuda:+1", " cpu", "cpu ", "cuda0", "cuda: 1", "cuda:99999999999999999999",
                           "cuda:1024"}) {
     try {
       Device d(bad);

@@ -19,18 +19,18 @@ using ddp::DeviceError;
 namespace cuda = ddp::cuda;
 
 // Expects `stmt` to raise DeviceError saying that no usable device exists and why.
-#define EXPECT_NO_DEVICE(stmt)                                                          \
-  do {                                                                                  \
-    try {                                                                               \
-      stmt;                                                                             \
-      ADD_FAILURE() << #stmt " did not throw";                                          \
-    } catch (const DeviceError& e) {                                                    \
-      std::string msg = e.what();                                                       \
-      EXPECT_NE(msg.find("no usable CUDA device"), std::string::npos) << msg;           \
-      EXPECT_NE(msg.find(cuda::unavailable_reason()), std::string::npos) << msg;        \
-    } catch (const std::exception& e) {                                                 \
-      ADD_FAILURE() << #stmt " threw something other than DeviceError: " << e.what();   \
-    }                                                                                   \
+#define EXPECT_NO_DEVICE(stmt)                                                        \
+  do {                                                                                \
+    try {                                                                             \
+      stmt;                                                                           \
+      ADD_FAILURE() << #stmt " did not throw";                                        \
+    } catch (const DeviceError& e) {                                                  \
+      std::string msg = e.what();                                                     \
+      EXPECT_NE(msg.find("no usable CUDA device"), std::string::npos) << msg;         \
+      EXPECT_NE(msg.find(cuda::unavailable_reason()), std::string::npos) << msg;      \
+    } catch (const std::exception& e) {                                               \
+      ADD_FAILURE() << #stmt " threw something other than DeviceError: " << e.what(); \
+    }                                                                                 \
   } while (0)
 
 TEST(CudaRuntime, AvailabilityIsConsistent) {
@@ -63,7 +63,7 @@ TEST(CudaRuntime, WithoutGpuEverythingNeedingOneRaisesDeviceError) {
   EXPECT_NO_DEVICE(cuda::current_stream());
   EXPECT_NO_DEVICE(cuda::current_stream(0));
   EXPECT_NO_DEVICE(cuda::set_current_stream(cuda::Stream()));
-  EXPECT_NO_DEVICE(cuda::StreamGuard guard(cuda::Stream()));
+  EXPECT_NO_DEVICE(cuda::StreamGuard guard{cuda::Stream{}});
   cuda::Event e;
   EXPECT_NO_DEVICE(e.record(cuda::Stream()));
   EXPECT_NO_DEVICE(cuda::memory_stats());

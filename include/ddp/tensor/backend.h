@@ -47,6 +47,8 @@ class Backend {
   // out = f(in); same shape and dtype. Floating dtypes for float_only ops.
   virtual void unary(UnaryOp op, const Tensor& in, const Tensor& out) = 0;
   // dx = f'(x) * dy, using y = f(x) where the functor needs it; same shape/dtype, floating.
+  // x or y may be undefined when the functor does not read it (the frontend
+  // then saves less for backward); see Note [Unused backward inputs].
   virtual void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
                               const Tensor& dx) = 0;
   // out = a (op) b; a, b, out same shape and dtype (not bool).
@@ -78,8 +80,9 @@ class Backend {
 
   // out (contiguous, floating) filled from Philox (see Note [Counter-based
   // RNG]): element i uses Philox4x32::draw(seed, counter + i). uniform: a +
-  // (b - a) * u with u = to_unit_float(word0) (to_unit_double(word0, word1) for
-  // f64); normal: mean a, std b, by Box-Muller from the first two words.
+  // (b - a) * u; normal: mean a, std b, by Box-Muller. The exact formulas,
+  // which both backends follow bit for bit, are in Note [Random formulas]
+  // (kernels/cpu/random.cpp).
   enum class Distribution { uniform, normal };
   virtual void random(const Tensor& out, Distribution dist, double a, double b, uint64_t seed,
                       uint64_t counter) = 0;

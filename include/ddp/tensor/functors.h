@@ -11,6 +11,18 @@
 
 namespace ddp::fn {
 
+// Math in the precision of C: float overloads call the f-suffixed C
+// functions (::exp would widen a float to double on the host and differ from
+// CUDA's expf in the last bits).
+DDP_INLINE_HD float exp_(float x) { return ::expf(x); }
+DDP_INLINE_HD double exp_(double x) { return ::exp(x); }
+DDP_INLINE_HD float log_(float x) { return ::logf(x); }
+DDP_INLINE_HD double log_(double x) { return ::log(x); }
+DDP_INLINE_HD float tanh_(float x) { return ::tanhf(x); }
+DDP_INLINE_HD double tanh_(double x) { return ::tanh(x); }
+DDP_INLINE_HD float sqrt_(float x) { return ::sqrtf(x); }
+DDP_INLINE_HD double sqrt_(double x) { return ::sqrt(x); }
+
 template <class C> DDP_INLINE_HD C max_(C a, C b) { return a > b ? a : b; }
 template <class C> DDP_INLINE_HD C min_(C a, C b) { return a < b ? a : b; }
 
@@ -22,38 +34,38 @@ struct ReluFn {
 struct GeluTanhFn {
   template <class C> DDP_INLINE_HD static C forward(C x) {
     const C k = C(0.7978845608028654), a = C(0.044715);
-    return C(0.5) * x * (C(1) + ::tanh(k * (x + a * x * x * x)));
+    return C(0.5) * x * (C(1) + tanh_(k * (x + a * x * x * x)));
   }
   template <class C> DDP_INLINE_HD static C backward(C x, C, C dy) {
     const C k = C(0.7978845608028654), a = C(0.044715);
     C inner = k * (x + a * x * x * x);
-    C t = ::tanh(inner);
+    C t = tanh_(inner);
     C dinner = k * (C(1) + C(3) * a * x * x);
     return dy * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * dinner);
   }
 };
 struct ExpFn {
-  template <class C> DDP_INLINE_HD static C forward(C x) { return ::exp(x); }
+  template <class C> DDP_INLINE_HD static C forward(C x) { return exp_(x); }
   template <class C> DDP_INLINE_HD static C backward(C, C y, C dy) { return dy * y; }
 };
 struct LogFn {
-  template <class C> DDP_INLINE_HD static C forward(C x) { return ::log(x); }
+  template <class C> DDP_INLINE_HD static C forward(C x) { return log_(x); }
   template <class C> DDP_INLINE_HD static C backward(C x, C, C dy) { return dy / x; }
 };
 struct TanhFn {
-  template <class C> DDP_INLINE_HD static C forward(C x) { return ::tanh(x); }
+  template <class C> DDP_INLINE_HD static C forward(C x) { return tanh_(x); }
   template <class C> DDP_INLINE_HD static C backward(C, C y, C dy) { return dy * (C(1) - y * y); }
 };
 struct SigmoidFn {
-  template <class C> DDP_INLINE_HD static C forward(C x) { return C(1) / (C(1) + ::exp(-x)); }
+  template <class C> DDP_INLINE_HD static C forward(C x) { return C(1) / (C(1) + exp_(-x)); }
   template <class C> DDP_INLINE_HD static C backward(C, C y, C dy) { return dy * y * (C(1) - y); }
 };
 struct SqrtFn {
-  template <class C> DDP_INLINE_HD static C forward(C x) { return ::sqrt(x); }
+  template <class C> DDP_INLINE_HD static C forward(C x) { return sqrt_(x); }
   template <class C> DDP_INLINE_HD static C backward(C, C y, C dy) { return dy / (C(2) * y); }
 };
 struct RsqrtFn {
-  template <class C> DDP_INLINE_HD static C forward(C x) { return C(1) / ::sqrt(x); }
+  template <class C> DDP_INLINE_HD static C forward(C x) { return C(1) / sqrt_(x); }
   template <class C> DDP_INLINE_HD static C backward(C, C y, C dy) { return C(-0.5) * dy * y * y * y; }
 };
 struct NegFn {

@@ -32,11 +32,12 @@ struct TensorOptions {
   DType dtype_ = DType::f32;
   Device device_ = Device::cpu();
   bool requires_grad_ = false;
+  bool dtype_set_ = false;  // from_vector<T> uses T's dtype unless one was given
 
   TensorOptions() = default;
-  TensorOptions(DType d) : dtype_(d) {}    // NOLINT: lets users pass a dtype
-  TensorOptions(Device d) : device_(d) {}  // NOLINT: or a device
-  TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; return o; }
+  TensorOptions(DType d) : dtype_(d), dtype_set_(true) {}  // NOLINT: lets users pass a dtype
+  TensorOptions(Device d) : device_(d) {}                  // NOLINT: or a device
+  TensorOptions dtype(DType d) const { auto o = *this; o.dtype_ = d; o.dtype_set_ = true; return o; }
   TensorOptions device(Device d) const { auto o = *this; o.device_ = d; return o; }
   TensorOptions requires_grad(bool r = true) const { auto o = *this; o.requires_grad_ = r; return o; }
 };
@@ -64,7 +65,8 @@ class Tensor {
   static Tensor ones(const Shape& shape, TensorOptions opts = {});
   static Tensor full(const Shape& shape, double value, TensorOptions opts = {});
   static Tensor scalar(double value, TensorOptions opts = {});  // 0-dim
-  // Copies host values into a new tensor of the given shape and options.
+  // Copies host values into a new tensor of the given shape and options; the
+  // dtype is T's unless opts names one.
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape, TensorOptions opts = {});
   // Wraps strides/offset over an existing storage (no copy).

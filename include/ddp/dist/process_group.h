@@ -1,0 +1,89 @@
+#pragma once
+// ProcessGroup: collectives over a fixed set of ranks (the twin of c10d's
+// ProcessGroup). Collectives take tensors and derive counts and dtypes from
+// them; they are asynchronous and return a Work.
+//
+// Note [Collective argument checks]
+// The public methods are non-virtual: they check the arguments once, here,
+// for every backend (devices, dtypes, contiguity, equal sizes, ranks in
+// range, what the backend supports) and raise ddp::Error subclasses naming
+// the collective, the rank and the tensors; then they call the backend's
+// protected do_* hook, which may assume valid arguments. So every backend
+// rejects bad input the same way, and none can forget a check.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/dist/work.h"
+#include "ddp/tensor/tensor.h"
+
+namespace ddp::dist {
+
+enum class ReduceOp { sum, avg, min, max, product };
+const char* reduce_op_name(ReduceOp op);
+ReduceOp reduce_op_from_name(const std::string& name);  // "sum", "avg", ...; ValueError otherwise
+
+// What a backend can do, consulted by the argument checks.
+struct BackendCaps {
+  bool cpu_tensors = true;
+  bool cuda_tensors = false;  // natively (NCCL); host-staged backends say false but stage
+  bool stage_cuda_through_host = true;  // see ARCHITECTURE.md "Backends without a GPU"
+  bool avg = true;           // ReduceOp::avg natively (else sum then divide)
+};
+
+class ProcessGroup {
+ public:
+  ProcessGroup(int rank, int size);
+  virtual ~ProcessGroup() = default;
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  virtual std::string backend_name() const = 0;
+  virtual BackendCaps caps() const { return {}; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+
+  // In place on every tensor (several tensors are coalesced into one
+  // operation). avg divides by size() and needs floating tensors.
+  WorkPtr allreduce(Tensors tensors, ReduceOp op = ReduceOp::sum);
+  // Every rank's tensors become root's.
+  WorkPtr broadcast(Tensors tensors, int root = 0);
+  // The reduction lands in root's tensors; other ranks' tensors are unspecified.
+  WorkPtr reduce(Tensors tensors, int root = 0, ReduceOp op = ReduceOp::sum);
+  // outputs[r] = rank r's input; outputs.size() == size(), each like input.
+  WorkPtr allgather(Tensors outputs, const Tensor& input);
+  // output = reduction over ranks of inputs[rank()]; inputs.size() == size().
+  WorkPtr reduce_scatter(const Tensor& output, Tensors inputs, ReduceOp op = ReduceOp::sum);
+  // Splits input along dim 0 into size() equal chunks; chunk r goes to rank
+  // r, and output's chunk r comes from rank r. Same shape in and out.
+  WorkPtr all_to_all(const Tensor& output, const Tensor& input);
+  WorkPtr barrier();
+  // Point to point. tag distinguishes concurrent messages between a pair.
+  WorkPtr send(const Tensor& tensor, int dst, int tag = 0);
+  WorkPtr recv(const Tensor& tensor, int src, int tag = 0);
+
+ protected:
+  // Hooks: arguments already checked (Note [Collective argument checks]).
+  virtual WorkPtr do_allreduce(Tensors& tensors, ReduceOp op) = 0;
+  virtual WorkPtr do_broadcast(Tensors& tensors, int root) = 0;
+  virtual WorkPtr do_reduce(Tensors& tensors, int root, ReduceOp op) = 0;
+  virtual WorkPtr do_allgather(Tensors& outputs, const Tensor& input) = 0;
+  virtual WorkPtr do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) = 0;
+  virtual WorkPtr do_all_to_all(const Tensor& output, const Tensor& input) = 0;
+  virtual WorkPtr do_barrier() = 0;
+  virtual WorkPtr do_send(const Tensor& tensor, int dst, int tag) = 0;
+  virtual WorkPtr do_recv(const Tensor& tensor, int src, int tag) = 0;
+
+ private:
+  void check_tensor(const char* op, const Tensor& t) const;
+  void check_rank(const char* op, int r, const char* what) const;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace ddp::dist

@@ -1,0 +1,60 @@
+#pragma once
+// ProcessGroupMPI: the "mpi" backend over the MPI library (Open MPI), for CPU
+// tensors; CUDA tensors are staged through host memory. Only declared here;
+// it exists in builds with DDP_HAVE_MPI (ddp/config.h). No MPI header is
+// included: MPI types stay in the .cpp (pimpl), so users of libddp need no
+// MPI include path.
+//
+// Use:
+//   auto pg = ddp::dist::ProcessGroupMPI::create();   // every rank, same order
+//   pg->allreduce({grad})->wait();
+//
+// See Note [MPI progress] and Note [MPI initialisation and finalisation] in
+// src/dist/process_group_mpi.cpp.
+
+#include <memory>
+#include <string>
+
+#include "ddp/dist/process_group.h"
+
+namespace ddp::dist {
+
+// True when this process was started by Open MPI's mpirun/mpiexec (it sets
+// OMPI_COMM_WORLD_SIZE), so create() will find a world to join.
+bool is_mpi_launch();
+
+class ProcessGroupMPI : public ProcessGroup {
+ public:
+  // Initialises MPI when nobody has yet (MPI_THREAD_MULTIPLE), duplicates
+  // MPI_COMM_WORLD (so two groups never see each other's messages) and starts
+  // the group's worker thread. Collective over MPI_COMM_WORLD: every rank must
+  // create its groups in the same order. Raises MpiError when MPI fails or was
+  // initialised by someone else with too low a thread level.
+  static std::shared_ptr<ProcessGroupMPI> create();
+
+  // Runs what was already submitted (other ranks wait for it), then frees the
+  // communicator. Receives still pending are cancelled and their Works fail.
+  ~ProcessGroupMPI() override;
+
+  std::string backend_name() const override { return "mpi"; }
+  BackendCaps caps() const override;
+
+  struct Impl;  // public only so that the .cpp's helpers can name it
+
+ protected:
+  WorkPtr do_allreduce(Tensors& tensors, ReduceOp op) override;
+  WorkPtr do_broadcast(Tensors& tensors, int root) override;
+  WorkPtr do_reduce(Tensors& tensors, int root, ReduceOp op) override;
+  WorkPtr do_allgather(Tensors& outputs, const Tensor& input) override;
+  WorkPtr do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) override;
+  WorkPtr do_all_to_all(const Tensor& output, const Tensor& input) override;
+  WorkPtr do_barrier() override;
+  WorkPtr do_send(const Tensor& tensor, int dst, int tag) override;
+  WorkPtr do_recv(const Tensor& tensor, int src, int tag) override;
+
+ private:
+  ProcessGroupMPI(int rank, int size, std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddp::dist

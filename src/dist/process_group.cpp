@@ -1,0 +1,165 @@
+// Argument checks shared by every backend. See Note [Collective argument checks].
+
+#include "ddp/dist/process_group.h"
+
+#include "ddp/core/error.h"
+#include "ddp/dist/store.h"
+
+namespace ddp::dist {
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::avg: return "avg";
+    case ReduceOp::min: return "min";
+    case ReduceOp::max: return "max";
+    case ReduceOp::product: return "product";
+  }
+  return "unknown";
+}
+
+ReduceOp reduce_op_from_name(const std::string& name) {
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max, ReduceOp::product})
+    if (name == reduce_op_name(op)) return op;
+  if (name == "prod") return ReduceOp::product;
+  DDP_THROW(ValueError, "unknown reduce op '{}' (expected sum, avg, min, max or product)", name);
+}
+
+ProcessGroup::ProcessGroup(int rank, int size)
+    : rank_(rank), size_(size), timeout_(Store::default_timeout()) {
+  DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroup: invalid rank {} for world size {}",
+            rank, size);
+}
+
+void ProcessGroup::check_rank(const char* op, int r, const char* what) const {
+  DDP_CHECK_T(IndexError, r >= 0 && r < size_, "{}: {} rank {} out of range for world size {}", op,
+              what, r, size_);
+}
+
+void ProcessGroup::check_tensor(const char* op, const Tensor& t) const {
+  DDP_CHECK(t.defined(), "{} ({} rank {}): undefined tensor", op, backend_name(), rank_);
+  DDP_CHECK(t.is_contiguous(), "{} ({} rank {}): {} must be contiguous", op, backend_name(), rank_,
+            t.describe());
+  DDP_CHECK_T(DTypeError, t.dtype() != DType::bool_, "{} ({} rank {}): bool tensors are not supported",
+              op, backend_name(), rank_);
+  if (t.is_cuda()) {
+    BackendCaps c = caps();
+    DDP_CHECK_T(DeviceError, c.cuda_tensors || c.stage_cuda_through_host,
+                "{} ({} rank {}): the backend does not take CUDA tensors ({})", op, backend_name(),
+                rank_, t.describe());
+  } else {
+    DDP_CHECK_T(DeviceError, caps().cpu_tensors,
+                "{} ({} rank {}): the backend needs CUDA tensors, got {}", op, backend_name(), rank_,
+                t.describe());
+  }
+}
+
+// All tensors of one call: checked, and on one device.
+static void check_same_device(const char* op, const Tensors& ts, const std::string& backend,
+                              int rank) {
+  for (const Tensor& t : ts)
+    DDP_CHECK_T(DeviceError, t.device() == ts.front().device(),
+                "{} ({} rank {}): tensors on different devices: {} and {}", op, backend, rank,
+                ts.front().describe(), t.describe());
+}
+
+static void check_avg(const char* op, ReduceOp rop, const Tensor& t, const std::string& backend,
+                      int rank) {
+  DDP_CHECK_T(DTypeError, rop != ReduceOp::avg || is_floating(t.dtype()),
+              "{} ({} rank {}): avg needs a floating tensor, got {}", op, backend, rank,
+              t.describe());
+}
+
+static void check_like(const char* op, const Tensor& a, const Tensor& b, const std::string& backend,
+                       int rank) {
+  DDP_CHECK_T(ShapeError, a.shape() == b.shape(), "{} ({} rank {}): shapes differ: {} vs {}", op,
+              backend, rank, a.describe(), b.describe());
+  DDP_CHECK_T(DTypeError, a.dtype() == b.dtype(), "{} ({} rank {}): dtypes differ: {} vs {}", op,
+              backend, rank, a.describe(), b.describe());
+  DDP_CHECK_T(DeviceError, a.device() == b.device(), "{} ({} rank {}): devices differ: {} vs {}", op,
+              backend, rank, a.describe(), b.describe());
+}
+
+WorkPtr ProcessGroup::allreduce(Tensors tensors, ReduceOp op) {
+  DDP_CHECK(!tensors.empty(), "allreduce ({} rank {}): no tensors", backend_name(), rank_);
+  for (const Tensor& t : tensors) {
+    check_tensor("allreduce", t);
+    check_avg("allreduce", op, t, backend_name(), rank_);
+  }
+  check_same_device("allreduce", tensors, backend_name(), rank_);
+  return do_allreduce(tensors, op);
+}
+
+WorkPtr ProcessGroup::broadcast(Tensors tensors, int root) {
+  DDP_CHECK(!tensors.empty(), "broadcast ({} rank {}): no tensors", backend_name(), rank_);
+  check_rank("broadcast", root, "root");
+  for (const Tensor& t : tensors) check_tensor("broadcast", t);
+  check_same_device("broadcast", tensors, backend_name(), rank_);
+  return do_broadcast(tensors, root);
+}
+
+WorkPtr ProcessGroup::reduce(Tensors tensors, int root, ReduceOp op) {
+  DDP_CHECK(!tensors.empty(), "reduce ({} rank {}): no tensors", backend_name(), rank_);
+  check_rank("reduce", root, "root");
+  for (const Tensor& t : tensors) {
+    check_tensor("reduce", t);
+    check_avg("reduce", op, t, backend_name(), rank_);
+  }
+  check_same_device("reduce", tensors, backend_name(), rank_);
+  return do_reduce(tensors, root, op);
+}
+
+WorkPtr ProcessGroup::allgather(Tensors outputs, const Tensor& input) {
+  check_tensor("allgather", input);
+  DDP_CHECK_T(ShapeError, int(outputs.size()) == size_,
+              "allgather ({} rank {}): {} output tensors for world size {}", backend_name(), rank_,
+              outputs.size(), size_);
+  for (const Tensor& o : outputs) {
+    check_tensor("allgather", o);
+    check_like("allgather", o, input, backend_name(), rank_);
+  }
+  return do_allgather(outputs, input);
+}
+
+WorkPtr ProcessGroup::reduce_scatter(const Tensor& output, Tensors inputs, ReduceOp op) {
+  check_tensor("reduce_scatter", output);
+  check_avg("reduce_scatter", op, output, backend_name(), rank_);
+  DDP_CHECK_T(ShapeError, int(inputs.size()) == size_,
+              "reduce_scatter ({} rank {}): {} input tensors for world size {}", backend_name(),
+              rank_, inputs.size(), size_);
+  for (const Tensor& i : inputs) {
+    check_tensor("reduce_scatter", i);
+    check_like("reduce_scatter", i, output, backend_name(), rank_);
+  }
+  return do_reduce_scatter(output, inputs, op);
+}
+
+WorkPtr ProcessGroup::all_to_all(const Tensor& output, const Tensor& input) {
+  check_tensor("all_to_all", input);
+  check_tensor("all_to_all", output);
+  check_like("all_to_all", output, input, backend_name(), rank_);
+  DDP_CHECK_T(ShapeError, input.dim() >= 1 && input.size(0) % size_ == 0,
+              "all_to_all ({} rank {}): dim 0 of {} must split into {} equal chunks",
+              backend_name(), rank_, input.describe(), size_);
+  return do_all_to_all(output, input);
+}
+
+WorkPtr ProcessGroup::barrier() { return do_barrier(); }
+
+WorkPtr ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
+  check_tensor("send", tensor);
+  check_rank("send", dst, "destination");
+  DDP_CHECK(dst != rank_, "send ({} rank {}): cannot send to itself", backend_name(), rank_);
+  DDP_CHECK(tag >= 0, "send ({} rank {}): negative tag {}", backend_name(), rank_, tag);
+  return do_send(tensor, dst, tag);
+}
+
+WorkPtr ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
+  check_tensor("recv", tensor);
+  check_rank("recv", src, "source");
+  DDP_CHECK(src != rank_, "recv ({} rank {}): cannot receive from itself", backend_name(), rank_);
+  DDP_CHECK(tag >= 0, "recv ({} rank {}): negative tag {}", backend_name(), rank_, tag);
+  return do_recv(tensor, src, tag);
+}
+
+}  // namespace ddp::dist

@@ -1,0 +1,679 @@
+// The "mpi" ProcessGroup backend. Built only when MPI is found (src/CMakeLists.txt).
+//
+// Note [MPI progress]
+// Each group owns one worker thread and a FIFO queue. A collective call checks
+// its arguments (base class), stages CUDA tensors to host, queues a task and
+// returns its Work at once; the worker runs the tasks in submission order with
+// the ordinary blocking MPI calls (the fastest path through Open MPI) and
+// completes each Work, an MPI failure becoming the Work's MpiError. Because
+// every rank submits the same collectives in the same order, and one thread
+// runs them in that order, the ranks always meet in the same collective.
+// Point-to-point is the exception: a blocking MPI_Send in a ring would wait
+// for a receive that the peer's worker cannot post until its own send
+// returns, so send/recv post MPI_Isend/MPI_Irecv and the worker tests them
+// between tasks (and, while nothing else is queued, in a short backoff
+// loop), completing their Works as they finish.
+//
+// Note [MPI initialisation and finalisation]
+// MPI is process-global, so this file keeps the only process-global state of
+// the backend: whether we initialised MPI, the thread level, and how many
+// groups are alive. create() initialises MPI with MPI_THREAD_MULTIPLE unless
+// someone else already did. Under MPI_THREAD_MULTIPLE any number of groups may
+// live at once; if the application initialised MPI with only
+// MPI_THREAD_SERIALIZED, one group at a time is allowed (its worker is then
+// the only thread of ours in MPI; the application must not call MPI while the
+// group lives); below that create() refuses. A group's destructor frees its
+// communicator but never finalises MPI: a second group, or the application,
+// may still use it. If we initialised MPI, an atexit handler finalises it at
+// process exit when no group is alive (mpirun treats a rank that exits without
+// MPI_Finalize as failed); if a group was leaked past exit, finalising under
+// its worker thread would be unsafe, so the handler logs and skips it. If the
+// application initialised MPI, finalising it is the application's job.
+
+#include "ddp/dist/process_group_mpi.h"
+
+// The C API only: the MPI-2 C++ bindings would need libmpi_cxx.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <algorithm>
+#include <climits>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "ddp/core/error.h"
+#include "ddp/core/logging.h"
+
+namespace ddp::dist {
+
+bool is_mpi_launch() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
+
+namespace {
+
+// ---- process-global MPI state (Note [MPI initialisation and finalisation]) --
+struct MpiGlobal {
+  std::mutex mu;
+  bool we_initialised = false;
+  int thread_level = MPI_THREAD_SINGLE;
+  int live_groups = 0;
+};
+MpiGlobal& mpi_global() {
+  static MpiGlobal* g = new MpiGlobal;  // leaked: the atexit handler may outlive statics
+  return *g;
+}
+
+void finalize_at_exit() {
+  MpiGlobal& g = mpi_global();
+  std::lock_guard<std::mutex> lk(g.mu);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (g.live_groups > 0) {
+    DDP_LOG_WARNING("mpi: {} process group(s) still alive at exit; not calling MPI_Finalize",
+                    g.live_groups);
+    return;
+  }
+  MPI_Finalize();
+}
+
+[[noreturn]] void throw_mpi(const char* file, int line, int rc, const char* op, int rank) {
+  char buf[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  // MPI_Error_string of an unknown code is itself an error, fatal on
+  // MPI_COMM_WORLD's default handler.
+  if (rc < 0 || rc > MPI_ERR_LASTCODE || MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) len = 0;
+  detail::throw_error<MpiError>(file, line,
+                                fmt::format("{} (mpi rank {}): MPI error {}: {}", op, rank, rc,
+                                            std::string(buf, size_t(len))));
+}
+
+}  // namespace
+
+// Raises MpiError naming op and rank when an MPI call fails (the group's
+// communicator has MPI_ERRORS_RETURN).
+#define DDP_MPI_CALL(op, rank, call)                                                      \
+  do {                                                                                    \
+    int ddp_mpi_rc_ = (call);                                                             \
+    if (ddp_mpi_rc_ != MPI_SUCCESS) throw_mpi(__FILE__, __LINE__, ddp_mpi_rc_, op, rank); \
+  } while (0)
+
+namespace {
+
+MPI_Datatype mpi_type(DType d) {
+  switch (d) {
+    case DType::f32:
+      return MPI_FLOAT;
+    case DType::f64:
+      return MPI_DOUBLE;
+    case DType::i32:
+      return MPI_INT32_T;
+    case DType::i64:
+      return MPI_INT64_T;
+    case DType::u8:
+      return MPI_UINT8_T;
+    case DType::f16:
+    case DType::bf16:
+      return MPI_FLOAT;  // reduced as f32, see wire_dtype
+    default:
+      break;
+  }
+  DDP_THROW(DTypeError, "mpi: no MPI type for {}", dtype_name(d));
+}
+
+MPI_Op mpi_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      return MPI_SUM;  // avg: sum, then divide by size
+    case ReduceOp::min:
+      return MPI_MIN;
+    case ReduceOp::max:
+      return MPI_MAX;
+    case ReduceOp::product:
+      return MPI_PROD;
+  }
+  return MPI_SUM;
+}
+
+// Note [MPI half precision]: MPI has no portable f16/bf16 reduction, so f16
+// and bf16 travel as f32: converted into an f32 buffer, reduced (and divided
+// for avg) in f32, converted back, rounding once (Note [Compute type]).
+DType wire_dtype(DType d) { return d == DType::f16 || d == DType::bf16 ? DType::f32 : d; }
+
+template <class From, class To>
+void convert(const void* src, void* dst, int64_t n) {
+  auto* s = static_cast<const From*>(src);
+  auto* o = static_cast<To*>(dst);
+  for (int64_t i = 0; i < n; ++i) o[i] = To(float(s[i]));
+}
+void to_wire(DType d, const void* src, void* dst, int64_t n) {
+  if (d == DType::f16)
+    convert<Half, float>(src, dst, n);
+  else if (d == DType::bf16)
+    convert<BFloat16, float>(src, dst, n);
+  else
+    std::memcpy(dst, src, size_t(n) * element_size(d));
+}
+void from_wire(DType d, const void* src, void* dst, int64_t n) {
+  if (d == DType::f16)
+    convert<float, Half>(src, dst, n);
+  else if (d == DType::bf16)
+    convert<float, BFloat16>(src, dst, n);
+  else
+    std::memcpy(dst, src, size_t(n) * element_size(d));
+}
+
+// avg on a wire buffer (f32 or f64: the base class rejects integer avg).
+template <class T>
+void divide_as(void* buf, int64_t n, int size) {
+  auto* p = static_cast<T*>(buf);
+  for (int64_t i = 0; i < n; ++i) p[i] /= T(size);
+}
+void divide(DType wire, void* buf, int64_t n, int size) {
+  if (wire == DType::f32)
+    divide_as<float>(buf, n, size);
+  else if (wire == DType::f64)
+    divide_as<double>(buf, n, size);
+}
+
+std::byte* bytes(const Tensor& t) { return static_cast<std::byte*>(t.data_ptr()); }
+
+// Note [MPI host staging]: a CUDA tensor is copied to a host tensor when the
+// collective is submitted (on the caller's thread, after the kernels that
+// produced it), the worker runs on the host copy, and copies the result back
+// into the CUDA tensor before completing the Work (Note [Work completion]).
+// CPU tensors are used in place.
+struct Staged {
+  Tensor user;
+  Tensor host;
+};
+Staged stage(const Tensor& t, bool copy_in) {
+  if (!t.is_cuda()) return {t, t};
+  Tensor h = copy_in ? t.cpu() : Tensor::empty(t.shape(), TensorOptions(t.dtype()));
+  return {t, h};
+}
+void unstage(const Staged& s) {
+  if (!s.user.is_cuda()) return;
+  Tensor user = s.user;  // a handle: copy_ writes the shared data
+  user.copy_(s.host);
+}
+std::vector<Staged> stage_all(const Tensors& ts, bool copy_in) {
+  std::vector<Staged> out;
+  out.reserve(ts.size());
+  for (const Tensor& t : ts) out.push_back(stage(t, copy_in));
+  return out;
+}
+
+// True when the host tensors lie back to back in memory, so a collective can
+// use them as one buffer without a copy.
+bool consecutive(const std::vector<Staged>& ts) {
+  for (size_t i = 1; i < ts.size(); ++i)
+    if (bytes(ts[i].host) != bytes(ts[0].host) + i * ts[0].host.nbytes()) return false;
+  return true;
+}
+
+// MPI counts are int: elementwise ops are split into chunks of at most this.
+constexpr int64_t kMaxChunk = int64_t(1) << 30;
+
+}  // namespace
+
+struct ProcessGroupMPI::Impl {
+  struct Task {
+    WorkPtr work;
+    // Runs the operation; returns false when it posted requests that complete
+    // the Work later (point to point), true when the Work is done.
+    std::function<bool()> run;
+  };
+  struct Pending {
+    WorkPtr work;
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool is_recv = false;
+    std::function<void(const MPI_Status&)> finish;  // checks the status, copies back
+  };
+
+  MPI_Comm comm = MPI_COMM_NULL;
+  int rank = 0;
+  int size = 1;
+  int tag_ub = 32767;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Task> queue;
+  bool stop = false;
+  std::vector<Pending> pending;  // worker thread only
+  std::thread worker;
+
+  WorkPtr submit(const std::string& op, Tensors result, std::function<bool()> run) {
+    auto w = std::make_shared<Work>(op);
+    w->set_result(std::move(result));
+    enqueue(Task{w, std::move(run)});
+    return w;
+  }
+
+  // post() starts a non-blocking request on the worker; the worker completes
+  // the Work when the request finishes (Note [MPI progress]).
+  WorkPtr submit_p2p(const std::string& op, Tensors result, std::function<Pending()> post) {
+    auto w = std::make_shared<Work>(op);
+    w->set_result(std::move(result));
+    enqueue(Task{w, [this, w, post = std::move(post)] {
+                   Pending pd = post();
+                   pd.work = w;
+                   pending.push_back(std::move(pd));
+                   return false;
+                 }});
+    return w;
+  }
+
+  void enqueue(Task t) {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      DDP_CHECK(!stop, "{} (mpi rank {}): the process group is shutting down", t.work->op(), rank);
+      queue.push_back(std::move(t));
+    }
+    cv.notify_one();
+  }
+
+  void run_task(Task& t) {
+    bool done = true;
+    std::exception_ptr err;
+    try {
+      done = t.run();
+    } catch (...) {
+      err = std::current_exception();
+    }
+    if (done || err) t.work->mark_completed(err);
+  }
+
+  // Tests the pending point-to-point requests; returns whether any finished.
+  bool poll_pending() {
+    bool progressed = false;
+    for (size_t i = 0; i < pending.size();) {
+      Pending& p = pending[i];
+      int flag = 0;
+      MPI_Status status;
+      std::exception_ptr err;
+      try {
+        DDP_MPI_CALL(p.work->op().c_str(), rank, MPI_Test(&p.req, &flag, &status));
+        if (flag) {
+          int cancelled = 0;
+          MPI_Test_cancelled(&status, &cancelled);
+          if (cancelled)
+            DDP_THROW(MpiError, "{} (mpi rank {}): cancelled: the process group was destroyed",
+                      p.work->op(), rank);
+          p.finish(status);
+        }
+      } catch (...) {
+        err = std::current_exception();
+        flag = 1;
+      }
+      if (flag) {
+        p.work->mark_completed(err);
+        pending[i] = std::move(pending.back());
+        pending.pop_back();
+        progressed = true;
+      } else {
+        ++i;
+      }
+    }
+    return progressed;
+  }
+
+  void loop() {
+    auto backoff = std::chrono::microseconds(0);
+    bool cancelled = false;
+    for (;;) {
+      std::optional<Task> task;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        auto ready = [&] { return stop || !queue.empty(); };
+        if (pending.empty()) {
+          cv.wait(lk, ready);
+        } else if (backoff.count() > 0) {
+          cv.wait_for(lk, backoff, ready);
+        }
+        if (!queue.empty()) {
+          task = std::move(queue.front());
+          queue.pop_front();
+        } else if (stop && pending.empty()) {
+          return;
+        } else if (stop && !cancelled) {
+          // Nothing more will be posted: a receive whose sender never comes
+          // would hang the destructor, so cancel the receives.
+          for (Pending& p : pending)
+            if (p.is_recv) MPI_Cancel(&p.req);
+          cancelled = true;
+        }
+      }
+      if (task) run_task(*task);
+      if (pending.empty()) continue;
+      if (poll_pending() || task)
+        backoff = std::chrono::microseconds(0);
+      else
+        backoff =
+            std::min(std::chrono::microseconds(50), backoff * 2 + std::chrono::microseconds(1));
+    }
+  }
+
+  // ---- the operations, run on the worker ------------------------------------
+
+  // Reduces groups of same-dtype tensors in place, coalesced into one buffer
+  // per dtype (no copy for a single tensor of an MPI-native dtype). root < 0:
+  // allreduce; else reduce to root.
+  void reduce_coalesced(const char* op, std::vector<Staged>& ts, ReduceOp rop, int root) {
+    std::vector<DType> order;
+    std::map<DType, std::vector<size_t>> groups;
+    for (size_t i = 0; i < ts.size(); ++i) {
+      DType d = ts[i].host.dtype();
+      if (!groups.count(d)) order.push_back(d);
+      groups[d].push_back(i);
+    }
+    const bool result_here = root < 0 || root == rank;
+    for (DType d : order) {
+      const std::vector<size_t>& idx = groups[d];
+      DType wire = wire_dtype(d);
+      int64_t total = 0;
+      for (size_t i : idx) total += ts[i].host.numel();
+      if (total == 0) continue;
+      std::unique_ptr<std::byte[]> owned;
+      void* buf;
+      if (idx.size() == 1 && wire == d) {
+        buf = ts[idx[0]].host.data_ptr();
+      } else {
+        owned = std::make_unique_for_overwrite<std::byte[]>(size_t(total) * element_size(wire));
+        buf = owned.get();
+        int64_t off = 0;
+        for (size_t i : idx) {
+          const Tensor& h = ts[i].host;
+          to_wire(d, h.data_ptr(), owned.get() + off * element_size(wire), h.numel());
+          off += h.numel();
+        }
+      }
+      MPI_Datatype type = mpi_type(wire);
+      size_t esize = element_size(wire);
+      for (int64_t off = 0; off < total; off += kMaxChunk) {
+        int n = int(std::min(kMaxChunk, total - off));
+        auto* p = static_cast<std::byte*>(buf) + off * esize;
+        if (root < 0)
+          DDP_MPI_CALL(op, rank, MPI_Allreduce(MPI_IN_PLACE, p, n, type, mpi_op(rop), comm));
+        else if (root == rank)
+          DDP_MPI_CALL(op, rank, MPI_Reduce(MPI_IN_PLACE, p, n, type, mpi_op(rop), root, comm));
+        else
+          DDP_MPI_CALL(op, rank, MPI_Reduce(p, nullptr, n, type, mpi_op(rop), root, comm));
+      }
+      if (!result_here) continue;  // non-root buffers are unspecified after reduce
+      if (rop == ReduceOp::avg) divide(wire, buf, total, size);
+      if (owned) {
+        int64_t off = 0;
+        for (size_t i : idx) {
+          const Tensor& h = ts[i].host;
+          from_wire(d, owned.get() + off * element_size(wire), h.data_ptr(), h.numel());
+          off += h.numel();
+        }
+      }
+    }
+    if (result_here)
+      for (const Staged& s : ts) unstage(s);
+  }
+};
+
+ProcessGroupMPI::ProcessGroupMPI(int rank, int size, std::unique_ptr<Impl> impl)
+    : ProcessGroup(rank, size), impl_(std::move(impl)) {
+  impl_->worker = std::thread([p = impl_.get()] { p->loop(); });
+}
+
+std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create() {
+  MpiGlobal& g = mpi_global();
+  std::lock_guard<std::mutex> lk(g.mu);
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  DDP_CHECK_T(MpiError, !finalized, "ProcessGroupMPI::create: MPI was already finalized");
+  if (!initialized) {
+    int provided = MPI_THREAD_SINGLE;
+    int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided);
+    if (rc != MPI_SUCCESS)
+      throw_mpi(__FILE__, __LINE__, rc, "ProcessGroupMPI::create (MPI_Init_thread)", -1);
+    g.we_initialised = true;
+    std::atexit(finalize_at_exit);
+  }
+  MPI_Query_thread(&g.thread_level);
+  DDP_CHECK_T(MpiError, g.thread_level >= MPI_THREAD_SERIALIZED,
+              "ProcessGroupMPI::create: MPI provides thread level {}, need at least "
+              "MPI_THREAD_SERIALIZED (initialise MPI with MPI_Init_thread)",
+              g.thread_level);
+  DDP_CHECK_T(MpiError, g.thread_level == MPI_THREAD_MULTIPLE || g.live_groups == 0,
+              "ProcessGroupMPI::create: MPI was initialised with MPI_THREAD_SERIALIZED, which "
+              "allows one MPI process group at a time (see Note [MPI initialisation and "
+              "finalisation])");
+
+  auto impl = std::make_unique<Impl>();
+  int world_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+  DDP_MPI_CALL("ProcessGroupMPI::create (MPI_Comm_dup)", world_rank,
+               MPI_Comm_dup(MPI_COMM_WORLD, &impl->comm));
+  MPI_Comm_set_errhandler(impl->comm, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(impl->comm, &impl->rank);
+  MPI_Comm_size(impl->comm, &impl->size);
+  void* ub = nullptr;
+  int flag = 0;
+  MPI_Comm_get_attr(impl->comm, MPI_TAG_UB, &ub, &flag);
+  if (flag && ub) impl->tag_ub = *static_cast<int*>(ub);
+  int r = impl->rank, s = impl->size;
+  ++g.live_groups;
+  return std::shared_ptr<ProcessGroupMPI>(new ProcessGroupMPI(r, s, std::move(impl)));
+}
+
+ProcessGroupMPI::~ProcessGroupMPI() {
+  {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    impl_->stop = true;
+  }
+  impl_->cv.notify_one();
+  if (impl_->worker.joinable()) impl_->worker.join();
+  MpiGlobal& g = mpi_global();
+  std::lock_guard<std::mutex> lk(g.mu);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
+  --g.live_groups;
+}
+
+BackendCaps ProcessGroupMPI::caps() const {
+  BackendCaps c;
+  c.cpu_tensors = true;
+  c.cuda_tensors = false;
+  c.stage_cuda_through_host = true;  // Note [MPI host staging]
+  c.avg = false;                     // sum, then divide
+  return c;
+}
+
+// Per-rank byte counts of allgather, reduce_scatter, all_to_all and p2p are
+// MPI ints.
+static void check_int_count(const char* op, int rank, int64_t count, const Tensor& t) {
+  DDP_CHECK(count <= INT_MAX, "{} (mpi rank {}): {} is too large for one MPI message ({} > {})", op,
+            rank, t.describe(), count, INT_MAX);
+}
+
+WorkPtr ProcessGroupMPI::do_allreduce(Tensors& tensors, ReduceOp op) {
+  auto staged = stage_all(tensors, true);
+  Impl* p = impl_.get();
+  return p->submit("allreduce", tensors, [p, staged, op]() mutable {
+    p->reduce_coalesced("allreduce", staged, op, -1);
+    return true;
+  });
+}
+
+WorkPtr ProcessGroupMPI::do_reduce(Tensors& tensors, int root, ReduceOp op) {
+  auto staged = stage_all(tensors, true);
+  Impl* p = impl_.get();
+  return p->submit("reduce", tensors, [p, staged, op, root]() mutable {
+    p->reduce_coalesced("reduce", staged, op, root);
+    return true;
+  });
+}
+
+// One MPI_Bcast per tensor, in place: broadcast needs no arithmetic, so
+// packing several tensors would only add copies.
+WorkPtr ProcessGroupMPI::do_broadcast(Tensors& tensors, int root) {
+  auto staged = stage_all(tensors, rank() == root);
+  Impl* p = impl_.get();
+  return p->submit("broadcast", tensors, [p, staged, root] {
+    for (const Staged& s : staged) {
+      int64_t n = int64_t(s.host.nbytes());
+      for (int64_t off = 0; off < n; off += kMaxChunk)
+        DDP_MPI_CALL("broadcast", p->rank,
+                     MPI_Bcast(bytes(s.host) + off, int(std::min(kMaxChunk, n - off)), MPI_BYTE,
+                               root, p->comm));
+    }
+    if (p->rank != root)
+      for (const Staged& s : staged) unstage(s);
+    return true;
+  });
+}
+
+WorkPtr ProcessGroupMPI::do_allgather(Tensors& outputs, const Tensor& input) {
+  check_int_count("allgather", rank(), int64_t(input.nbytes()), input);
+  Staged in = stage(input, true);
+  auto outs = stage_all(outputs, false);
+  Impl* p = impl_.get();
+  return p->submit("allgather", outputs, [p, in, outs] {
+    int n = int(in.host.nbytes());
+    if (n == 0) return true;
+    // Straight into the outputs when they are one buffer (a chunked view).
+    bool direct = consecutive(outs);
+    std::unique_ptr<std::byte[]> owned;
+    std::byte* recv = direct ? bytes(outs[0].host) : nullptr;
+    if (!direct) {
+      owned = std::make_unique_for_overwrite<std::byte[]>(size_t(n) * outs.size());
+      recv = owned.get();
+    }
+    // The input already in its slot of the outputs: MPI forbids aliased
+    // buffers, and MPI_IN_PLACE says the same thing legally.
+    const void* send = bytes(in.host);
+    if (direct && bytes(in.host) == recv + size_t(p->rank) * size_t(n)) send = MPI_IN_PLACE;
+    DDP_MPI_CALL("allgather", p->rank,
+                 MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, p->comm));
+    for (size_t r = 0; r < outs.size(); ++r) {
+      if (!direct) std::memcpy(bytes(outs[r].host), recv + r * size_t(n), size_t(n));
+      unstage(outs[r]);
+    }
+    return true;
+  });
+}
+
+WorkPtr ProcessGroupMPI::do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) {
+  check_int_count("reduce_scatter", rank(), output.numel(), output);
+  Staged out = stage(output, false);
+  auto ins = stage_all(inputs, true);
+  Impl* p = impl_.get();
+  return p->submit("reduce_scatter", {output}, [p, out, ins, op] {
+    int64_t n = out.host.numel();
+    if (n == 0) return true;
+    DType d = out.host.dtype(), wire = wire_dtype(d);
+    size_t esize = element_size(wire);
+    bool native = wire == d;
+    std::unique_ptr<std::byte[]> send_owned, recv_owned;
+    std::byte* send = nullptr;
+    // Inputs back to back are the send buffer as they are, unless the output
+    // lies inside them (MPI forbids aliased send and receive buffers).
+    std::byte* out_at = bytes(out.host);
+    std::byte* in_at = bytes(ins[0].host);
+    bool aliased = out_at + n * esize > in_at && out_at < in_at + ins.size() * size_t(n) * esize;
+    if (native && consecutive(ins) && !aliased) {
+      send = bytes(ins[0].host);
+    } else {
+      send_owned = std::make_unique_for_overwrite<std::byte[]>(size_t(n) * esize * ins.size());
+      send = send_owned.get();
+      for (size_t r = 0; r < ins.size(); ++r)
+        to_wire(d, ins[r].host.data_ptr(), send + r * size_t(n) * esize, n);
+    }
+    std::byte* recv = bytes(out.host);
+    if (!native) {
+      recv_owned = std::make_unique_for_overwrite<std::byte[]>(size_t(n) * esize);
+      recv = recv_owned.get();
+    }
+    DDP_MPI_CALL("reduce_scatter", p->rank,
+                 MPI_Reduce_scatter_block(send, recv, int(n), mpi_type(wire), mpi_op(op), p->comm));
+    if (op == ReduceOp::avg) divide(wire, recv, n, p->size);
+    if (!native) from_wire(d, recv, out.host.data_ptr(), n);
+    unstage(out);
+    return true;
+  });
+}
+
+WorkPtr ProcessGroupMPI::do_all_to_all(const Tensor& output, const Tensor& input) {
+  int64_t chunk = int64_t(input.nbytes()) / size();
+  check_int_count("all_to_all", rank(), chunk, input);
+  Staged in = stage(input, true);
+  // The same tensor in and out: MPI_IN_PLACE (and one host copy when staged).
+  bool in_place = output.data_ptr() == input.data_ptr();
+  Staged out = in_place ? in : stage(output, false);
+  Impl* p = impl_.get();
+  return p->submit("all_to_all", {output}, [p, in, out, in_place, chunk] {
+    if (chunk == 0) return true;
+    int c = int(chunk);
+    const void* send = in_place ? MPI_IN_PLACE : static_cast<const void*>(bytes(in.host));
+    DDP_MPI_CALL("all_to_all", p->rank,
+                 MPI_Alltoall(send, c, MPI_BYTE, bytes(out.host), c, MPI_BYTE, p->comm));
+    unstage(out);
+    return true;
+  });
+}
+
+WorkPtr ProcessGroupMPI::do_barrier() {
+  Impl* p = impl_.get();
+  return p->submit("barrier", {}, [p] {
+    DDP_MPI_CALL("barrier", p->rank, MPI_Barrier(p->comm));
+    return true;
+  });
+}
+
+// Point to point: non-blocking requests that the worker tests, see Note [MPI progress].
+WorkPtr ProcessGroupMPI::do_send(const Tensor& tensor, int dst, int tag) {
+  check_int_count("send", rank(), int64_t(tensor.nbytes()), tensor);
+  DDP_CHECK(tag <= impl_->tag_ub, "send (mpi rank {}): tag {} above MPI_TAG_UB {}", rank(), tag,
+            impl_->tag_ub);
+  Staged s = stage(tensor, true);
+  Impl* p = impl_.get();
+  return p->submit_p2p("send", {tensor}, [p, s, dst, tag] {
+    Impl::Pending pd;
+    DDP_MPI_CALL(
+        "send", p->rank,
+        MPI_Isend(bytes(s.host), int(s.host.nbytes()), MPI_BYTE, dst, tag, p->comm, &pd.req));
+    pd.finish = [s](const MPI_Status&) {};  // keeps the (staged) buffer alive until done
+    return pd;
+  });
+}
+
+WorkPtr ProcessGroupMPI::do_recv(const Tensor& tensor, int src, int tag) {
+  check_int_count("recv", rank(), int64_t(tensor.nbytes()), tensor);
+  DDP_CHECK(tag <= impl_->tag_ub, "recv (mpi rank {}): tag {} above MPI_TAG_UB {}", rank(), tag,
+            impl_->tag_ub);
+  Staged s = stage(tensor, false);
+  Impl* p = impl_.get();
+  return p->submit_p2p("recv", {tensor}, [p, s, src, tag] {
+    Impl::Pending pd;
+    pd.is_recv = true;
+    DDP_MPI_CALL(
+        "recv", p->rank,
+        MPI_Irecv(bytes(s.host), int(s.host.nbytes()), MPI_BYTE, src, tag, p->comm, &pd.req));
+    pd.finish = [p, s, src, tag](const MPI_Status& st) {
+      int got = 0;
+      MPI_Get_count(&st, MPI_BYTE, &got);
+      DDP_CHECK_T(ShapeError, size_t(got) == s.host.nbytes(),
+                  "recv (mpi rank {}): {} bytes from rank {} tag {}, expected {} for {}", p->rank,
+                  got, src, tag, s.host.nbytes(), s.user.describe());
+      unstage(s);
+    };
+    return pd;
+  });
+}
+
+}  // namespace ddp::dist

@@ -1,0 +1,425 @@
+// ProcessGroupMPI under mpirun: every collective against a serial computation
+// of what each rank contributed. Run as `mpirun -np N pg_mpi_main`. Every rank
+// runs every test in the same order (the collectives must match), only rank 0
+// prints gtest's report, other ranks print their own failures, and the exit
+// status is non-zero when any rank failed.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "ddp/dist/process_group_mpi.h"
+
+using namespace ddp;
+using namespace ddp::dist;
+
+namespace {
+
+std::shared_ptr<ProcessGroupMPI> g_pg;
+ProcessGroupMPI& pg() { return *g_pg; }
+constexpr std::chrono::milliseconds kWait{120'000};  // a hang fails, not blocks CTest
+
+const DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
+                         DType::i32, DType::i64, DType::u8};
+const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::avg, ReduceOp::min, ReduceOp::max,
+                         ReduceOp::product};
+
+// What rank r holds at element i of tensor `salt`: small integers, so every
+// sum and product is exact in f32 and the only rounding is the final one.
+double value(int r, int64_t i, int salt = 0) { return double((i * 7 + r * 3 + salt * 5) % 5 + 1); }
+
+Tensor make(DType d, int64_t n, int r, int salt = 0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = value(r, i, salt);
+  return Tensor::from_vector(v, {n}, TensorOptions(d));
+}
+
+double combine(ReduceOp op, double a, double b) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:
+      return a + b;
+    case ReduceOp::min:
+      return std::min(a, b);
+    case ReduceOp::max:
+      return std::max(a, b);
+    case ReduceOp::product:
+      return a * b;
+  }
+  return 0;
+}
+
+// The serial reduction over all ranks, as a tensor of dtype d (so it carries
+// the same final rounding; u8 wraps like the backend's 8-bit arithmetic).
+Tensor expected_reduce(DType d, int64_t n, ReduceOp op, int salt = 0) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    double acc = value(0, i, salt);
+    for (int r = 1; r < pg().size(); ++r) acc = combine(op, acc, value(r, i, salt));
+    if (op == ReduceOp::avg) acc /= pg().size();
+    if (d == DType::u8) acc = double(int64_t(acc) % 256);
+    v[size_t(i)] = acc;
+  }
+  return Tensor::from_vector(v, {n}, TensorOptions(d));
+}
+
+void expect_equal(const Tensor& actual, const Tensor& expected, const std::string& what) {
+  ASSERT_EQ(actual.shape(), expected.shape()) << what;
+  ASSERT_EQ(actual.dtype(), expected.dtype()) << what;
+  auto a = actual.to_vector<double>();
+  auto e = expected.to_vector<double>();
+  double tol = actual.dtype() == DType::f16 || actual.dtype() == DType::bf16 ? 1e-2
+               : actual.dtype() == DType::f32                                ? 1e-6
+                                                                             : 1e-12;
+  int bad = 0;
+  for (size_t i = 0; i < a.size() && bad < 5; ++i)
+    if (std::abs(a[i] - e[i]) > tol * std::max(1.0, std::abs(e[i]))) {
+      ADD_FAILURE() << what << ": element " << i << " is " << a[i] << ", expected " << e[i]
+                    << " (rank " << pg().rank() << ")";
+      ++bad;
+    }
+}
+
+std::string name(DType d, ReduceOp op, int64_t n) {
+  return std::string(dtype_name(d)) + " " + reduce_op_name(op) + " n=" + std::to_string(n);
+}
+
+// ---- allreduce ----------------------------------------------------------------
+
+TEST(MpiAllreduce, EveryDTypeAndOpSmall) {
+  for (DType d : kDTypes)
+    for (ReduceOp op : kOps) {
+      if (op == ReduceOp::avg && !is_floating(d)) continue;
+      for (int64_t n : {0, 1, 37}) {
+        Tensor t = make(d, n, pg().rank());
+        pg().allreduce({t}, op)->wait(kWait);
+        expect_equal(t, expected_reduce(d, n, op), "allreduce " + name(d, op, n));
+      }
+    }
+}
+
+TEST(MpiAllreduce, Large) {
+  const int64_t n = (int64_t(1) << 20) + 3;
+  struct Case {
+    DType d;
+    ReduceOp op;
+  };
+  for (Case c : {Case{DType::f32, ReduceOp::sum}, Case{DType::f64, ReduceOp::avg},
+                 Case{DType::bf16, ReduceOp::max}, Case{DType::i64, ReduceOp::product}}) {
+    Tensor t = make(c.d, n, pg().rank());
+    pg().allreduce({t}, c.op)->wait(kWait);
+    expect_equal(t, expected_reduce(c.d, n, c.op), "allreduce " + name(c.d, c.op, n));
+  }
+}
+
+TEST(MpiAllreduce, CoalescedMixedTensors) {
+  struct Spec {
+    DType d;
+    int64_t n;
+  };
+  const std::vector<Spec> specs = {{DType::f32, 3}, {DType::f32, 0},    {DType::f64, 5},
+                                   {DType::f16, 7}, {DType::f32, 1000}, {DType::bf16, 2},
+                                   {DType::f16, 9}};
+  for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::min}) {
+    Tensors ts;
+    for (size_t k = 0; k < specs.size(); ++k)
+      ts.push_back(make(specs[k].d, specs[k].n, pg().rank(), int(k)));
+    pg().allreduce(ts, op)->wait(kWait);
+    for (size_t k = 0; k < specs.size(); ++k)
+      expect_equal(ts[k], expected_reduce(specs[k].d, specs[k].n, op, int(k)),
+                   "coalesced #" + std::to_string(k) + " " + name(specs[k].d, op, specs[k].n));
+  }
+  // Integers coalesced too.
+  Tensors ints = {make(DType::i32, 4, pg().rank(), 1), make(DType::i64, 3, pg().rank(), 2),
+                  make(DType::i32, 6, pg().rank(), 3)};
+  pg().allreduce(ints, ReduceOp::max)->wait(kWait);
+  expect_equal(ints[0], expected_reduce(DType::i32, 4, ReduceOp::max, 1), "coalesced i32");
+  expect_equal(ints[1], expected_reduce(DType::i64, 3, ReduceOp::max, 2), "coalesced i64");
+  expect_equal(ints[2], expected_reduce(DType::i32, 6, ReduceOp::max, 3), "coalesced i32 b");
+}
+
+TEST(MpiAllreduce, ManyOutstandingWaitedInReverse) {
+  std::vector<Tensor> ts;
+  std::vector<WorkPtr> ws;
+  for (int k = 0; k < 16; ++k) {
+    ts.push_back(make(DType::f32, 100 + k, pg().rank(), k));
+    ws.push_back(pg().allreduce({ts.back()}));
+  }
+  for (int k = 15; k >= 0; --k) {
+    ws[size_t(k)]->wait(kWait);
+    EXPECT_TRUE(ws[size_t(k)]->is_success());
+    expect_equal(ts[size_t(k)], expected_reduce(DType::f32, 100 + k, ReduceOp::sum, k),
+                 "outstanding");
+  }
+}
+
+TEST(MpiAllreduce, SecondGroupIsIndependent) {
+  auto pg2 = ProcessGroupMPI::create();
+  EXPECT_EQ(pg2->rank(), pg().rank());
+  EXPECT_EQ(pg2->size(), pg().size());
+  Tensor a = make(DType::f32, 50, pg().rank(), 1), b = make(DType::f32, 50, pg().rank(), 2);
+  // Interleaved submissions on the two groups, waited in the opposite order.
+  auto wa = pg().allreduce({a});
+  auto wb = pg2->allreduce({b}, ReduceOp::max);
+  wb->wait(kWait);
+  wa->wait(kWait);
+  expect_equal(a, expected_reduce(DType::f32, 50, ReduceOp::sum, 1), "group 1");
+  expect_equal(b, expected_reduce(DType::f32, 50, ReduceOp::max, 2), "group 2");
+}
+
+// ---- broadcast, reduce ------------------------------------------------------------
+
+TEST(MpiBroadcast, FromEveryRoot) {
+  for (int root = 0; root < pg().size(); ++root)
+    for (DType d : {DType::f32, DType::f16, DType::i64, DType::u8}) {
+      Tensors ts = {make(d, 33, pg().rank(), 1), make(d, 0, pg().rank()),
+                    make(d, 5, pg().rank(), 2)};
+      pg().broadcast(ts, root)->wait(kWait);
+      std::string what = "broadcast root " + std::to_string(root) + " " + dtype_name(d);
+      expect_equal(ts[0], make(d, 33, root, 1), what);
+      expect_equal(ts[2], make(d, 5, root, 2), what);
+    }
+}
+
+TEST(MpiReduce, ToEveryRoot) {
+  for (int root = 0; root < pg().size(); ++root)
+    for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max})
+      for (DType d : {DType::f32, DType::bf16, DType::i32}) {
+        if (op == ReduceOp::avg && !is_floating(d)) continue;
+        Tensors ts = {make(d, 21, pg().rank(), 1), make(d, 4, pg().rank(), 2)};
+        pg().reduce(ts, root, op)->wait(kWait);
+        if (pg().rank() != root) continue;  // unspecified elsewhere
+        std::string what = "reduce root " + std::to_string(root) + " " + name(d, op, 21);
+        expect_equal(ts[0], expected_reduce(d, 21, op, 1), what);
+        expect_equal(ts[1], expected_reduce(d, 4, op, 2), what);
+      }
+}
+
+// ---- allgather, reduce_scatter, all_to_all ---------------------------------------
+
+TEST(MpiAllgather, SeparateAndChunkedOutputs) {
+  const int n = pg().size();
+  for (DType d : {DType::f32, DType::bf16, DType::i64, DType::u8}) {
+    Tensor in = make(d, 17, pg().rank(), 3);
+    Tensors outs;
+    for (int r = 0; r < n; ++r) outs.push_back(Tensor::zeros({17}, TensorOptions(d)));
+    pg().allgather(outs, in)->wait(kWait);
+    for (int r = 0; r < n; ++r) expect_equal(outs[size_t(r)], make(d, 17, r, 3), "allgather");
+    // Outputs that are chunks of one tensor (received without a copy).
+    Tensor flat = Tensor::zeros({n * 17}, TensorOptions(d));
+    Tensors chunks;
+    for (int r = 0; r < n; ++r) chunks.push_back(flat.narrow(0, r * 17, 17));
+    pg().allgather(chunks, in)->wait(kWait);
+    for (int r = 0; r < n; ++r)
+      expect_equal(chunks[size_t(r)], make(d, 17, r, 3), "allgather chunked");
+  }
+}
+
+TEST(MpiReduceScatter, OpsAndDTypes) {
+  const int n = pg().size();
+  struct Case {
+    DType d;
+    ReduceOp op;
+  };
+  for (Case c : {Case{DType::f32, ReduceOp::sum}, Case{DType::f16, ReduceOp::avg},
+                 Case{DType::f64, ReduceOp::product}, Case{DType::i32, ReduceOp::min},
+                 Case{DType::bf16, ReduceOp::max}}) {
+    // inputs[j] on every rank uses salt j, so rank j's output reduces salt j.
+    Tensors ins;
+    for (int j = 0; j < n; ++j) ins.push_back(make(c.d, 11, pg().rank(), j));
+    Tensor out = Tensor::zeros({11}, TensorOptions(c.d));
+    pg().reduce_scatter(out, ins, c.op)->wait(kWait);
+    expect_equal(out, expected_reduce(c.d, 11, c.op, pg().rank()),
+                 "reduce_scatter " + name(c.d, c.op, 11));
+    // Inputs as chunks of one tensor.
+    Tensor flat = Tensor::zeros({n * 11}, TensorOptions(c.d));
+    Tensors chunks;
+    for (int j = 0; j < n; ++j) chunks.push_back(flat.narrow(0, j * 11, 11).copy_(ins[size_t(j)]));
+    Tensor out2 = Tensor::zeros({11}, TensorOptions(c.d));
+    pg().reduce_scatter(out2, chunks, c.op)->wait(kWait);
+    expect_equal(out2, expected_reduce(c.d, 11, c.op, pg().rank()), "reduce_scatter chunked");
+  }
+}
+
+TEST(MpiAllToAll, OutOfPlaceAndInPlace) {
+  const int n = pg().size(), rows = 3, cols = 2;
+  // Element (chunk j, k) on rank r is r*1000 + j*10 + k: chunk j goes to rank j.
+  auto input = [&](int r) {
+    std::vector<double> v;
+    for (int j = 0; j < n; ++j)
+      for (int k = 0; k < rows * cols; ++k) v.push_back(r * 1000 + j * 10 + k);
+    return Tensor::from_vector(v, {n * rows, cols}, TensorOptions(DType::f64));
+  };
+  std::vector<double> want;
+  for (int j = 0; j < n; ++j)
+    for (int k = 0; k < rows * cols; ++k) want.push_back(j * 1000 + pg().rank() * 10 + k);
+  Tensor expected = Tensor::from_vector(want, {n * rows, cols}, TensorOptions(DType::f64));
+
+  Tensor in = input(pg().rank());
+  Tensor out = Tensor::zeros({n * rows, cols}, TensorOptions(DType::f64));
+  pg().all_to_all(out, in)->wait(kWait);
+  expect_equal(out, expected, "all_to_all");
+  expect_equal(in, input(pg().rank()), "all_to_all leaves the input");
+  pg().all_to_all(in, in)->wait(kWait);
+  expect_equal(in, expected, "all_to_all in place");
+}
+
+TEST(MpiBarrier, Completes) {
+  for (int k = 0; k < 5; ++k) {
+    auto w = pg().barrier();
+    w->wait(kWait);
+    EXPECT_TRUE(w->is_success());
+  }
+}
+
+// ---- point to point ------------------------------------------------------------
+
+TEST(MpiSendRecv, RingWithTags) {
+  const int n = pg().size(), r = pg().rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  const int64_t big =
+      (int64_t(1) << 20) + 3;  // beyond the eager limit: a blocking send would deadlock
+  Tensor small_out = make(DType::f32, 10, r, 1), big_out = make(DType::f32, big, r, 2);
+  Tensor small_in = Tensor::zeros({10}), big_in = Tensor::zeros({big});
+  // Receives posted in the opposite order of the sends: tags keep them apart.
+  auto ws1 = pg().send(big_out, next, 7);
+  auto ws2 = pg().send(small_out, next, 3);
+  auto wr1 = pg().recv(small_in, prev, 3);
+  auto wr2 = pg().recv(big_in, prev, 7);
+  for (auto& w : {wr2, wr1, ws2, ws1}) w->wait(kWait);
+  expect_equal(small_in, make(DType::f32, 10, prev, 1), "recv small");
+  expect_equal(big_in, make(DType::f32, big, prev, 2), "recv big");
+  // f16 and i64 over the wire, and a collective in between.
+  Tensor h = make(DType::f16, 5, r, 4), h_in = Tensor::zeros({5}, TensorOptions(DType::f16));
+  auto a = pg().recv(h_in, prev, 0);
+  pg().barrier()->wait(kWait);
+  pg().send(h, next, 0)->wait(kWait);
+  a->wait(kWait);
+  expect_equal(h_in, make(DType::f16, 5, prev, 4), "recv f16");
+}
+
+TEST(MpiSendRecv, SizeMismatchFailsTheReceive) {
+  const int n = pg().size(), r = pg().rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  // A shorter message than the buffer: ShapeError from the Work.
+  Tensor in = Tensor::zeros({8});
+  auto wr = pg().recv(in, prev, 11);
+  pg().send(Tensor::ones({4}), next, 11)->wait(kWait);
+  EXPECT_THROW(wr->wait(kWait), ShapeError);
+  // A longer message than the buffer: MPI truncation, an MpiError.
+  Tensor in2 = Tensor::zeros({2});
+  auto wr2 = pg().recv(in2, prev, 12);
+  auto ws2 = pg().send(Tensor::ones({4}), next, 12);
+  try {
+    wr2->wait(kWait);
+    ADD_FAILURE() << "a truncated receive succeeded";
+  } catch (const MpiError& e) {
+    // The MPI error string, the op and the rank.
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("recv"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("rank " + std::to_string(r)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("MPI error"), std::string::npos) << msg;
+  }
+  ws2->wait(kWait);
+  pg().barrier()->wait(kWait);
+}
+
+// ---- bad input: the same error on every rank, and nothing hangs afterwards ------
+
+TEST(MpiBadInput, RaisesOnEveryRank) {
+  const int n = pg().size();
+  Tensor t = Tensor::ones({6});
+  Tensors too_many(size_t(n + 1), Tensor::zeros({6}));
+  EXPECT_THROW(pg().allgather(too_many, t), ShapeError);
+  Tensors mismatched(size_t(n), Tensor::zeros({6}));
+  mismatched.back() = Tensor::zeros({5});
+  EXPECT_THROW(pg().allgather(mismatched, t), ShapeError);
+  EXPECT_THROW(pg().reduce_scatter(Tensor::zeros({6}), mismatched), ShapeError);
+  Tensors wrong_dtype(size_t(n), Tensor::zeros({6}, TensorOptions(DType::f64)));
+  EXPECT_THROW(pg().reduce_scatter(Tensor::zeros({6}), wrong_dtype), DTypeError);
+  EXPECT_THROW(pg().broadcast({t}, n), IndexError);
+  EXPECT_THROW(pg().broadcast({t}, -1), IndexError);
+  EXPECT_THROW(pg().reduce({t}, n), IndexError);
+  EXPECT_THROW(pg().send(t, n, 0), IndexError);
+  EXPECT_THROW(pg().recv(t, -1, 0), IndexError);
+  Tensor nc = Tensor::ones({3, 4}).t();
+  EXPECT_THROW(pg().allreduce({nc}), ValueError);
+  EXPECT_THROW(pg().broadcast({nc}), ValueError);
+  EXPECT_THROW(pg().allreduce({Tensor::ones({3}, TensorOptions(DType::i32))}, ReduceOp::avg),
+               DTypeError);
+  EXPECT_THROW(
+      pg().reduce_scatter(Tensor::zeros({2}, TensorOptions(DType::i64)),
+                          Tensors(size_t(n), Tensor::zeros({2}, TensorOptions(DType::i64))),
+                          ReduceOp::avg),
+      DTypeError);
+  EXPECT_THROW(pg().all_to_all(Tensor::zeros({n * 2 + 1}), Tensor::zeros({n * 2 + 1})), ShapeError);
+  EXPECT_THROW(pg().allreduce({}), ValueError);
+  // The group still works.
+  Tensor x = make(DType::f32, 9, pg().rank());
+  pg().allreduce({x})->wait(kWait);
+  expect_equal(x, expected_reduce(DType::f32, 9, ReduceOp::sum), "after bad input");
+}
+
+TEST(MpiSendRecv, DestroyingTheGroupCancelsAPendingReceive) {
+  auto pg2 = ProcessGroupMPI::create();
+  Tensor in = Tensor::zeros({4});
+  auto w = pg2->recv(in, (pg().rank() + 1) % pg().size(), 99);  // never sent
+  pg2.reset();                                                  // must not hang
+  ASSERT_TRUE(w->is_completed());
+  EXPECT_THROW(w->wait(kWait), MpiError);
+}
+
+// Checks the failure reporting itself: DDP_MPI_TEST_FAIL_RANK=r makes rank r
+// (only) fail here, and the whole run must then exit non-zero.
+TEST(MpiSelfCheck, InjectedFailure) {
+  const char* env = std::getenv("DDP_MPI_TEST_FAIL_RANK");
+  if (env && std::atoi(env) == pg().rank()) ADD_FAILURE() << "injected failure";
+}
+
+// Ranks other than 0 report only their failures, prefixed with the rank.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  explicit RankFailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (r.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, r.file_name() ? r.file_name() : "?",
+                   r.line_number(), r.summary());
+  }
+  void OnTestEnd(const ::testing::TestInfo& info) override {
+    if (info.result()->Failed())
+      std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, info.test_suite_name(), info.name());
+  }
+
+ private:
+  int rank_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  g_pg = ProcessGroupMPI::create();
+  const int rank = g_pg->rank();
+  if (rank != 0) {
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter(rank));
+  }
+  int rc = RUN_ALL_TESTS();
+  // Every rank learns whether any rank failed.
+  int64_t failed = rc != 0 ? 1 : 0;
+  Tensor count = Tensor::full({1}, double(failed), TensorOptions(DType::i64));
+  g_pg->allreduce({count})->wait(kWait);
+  const int64_t failed_ranks = count.item<int64_t>();
+  if (rank == 0)
+    std::printf("pg_mpi_main: world size %d, %lld rank(s) failed\n", g_pg->size(),
+                static_cast<long long>(failed_ranks));
+  g_pg.reset();  // before exit, so MPI_Finalize runs (Note [MPI initialisation and finalisation])
+  return failed_ranks == 0 ? 0 : 1;
+}
