@@ -1,9 +1,14 @@
-# ddp_add_test_dir(<name> <dir>): one GoogleTest executable from <dir>/*_test.cpp.
-# Files named *_gpu_test.cpp get the label "gpu" (they skip without a GPU),
-# the others "unit"; each TEST becomes its own CTest test.
+# ddp_add_test_dir(<name> <dir> [<label>]): one GoogleTest executable from
+# <dir>/*_test.cpp. Files named *_gpu_test.cpp get the label "gpu" (they skip
+# without a GPU), the others <label> (default "unit"); each TEST becomes its
+# own CTest test.
 include(GoogleTest)
 
 function(ddp_add_test_dir name dir)
+  set(_label unit)
+  if(ARGC GREATER 2)
+    set(_label ${ARGV2})
+  endif()
   file(GLOB _unit CONFIGURE_DEPENDS ${dir}/*_test.cpp)
   file(GLOB _gpu CONFIGURE_DEPENDS ${dir}/*_gpu_test.cpp)
   if(_gpu)
@@ -18,7 +23,11 @@ function(ddp_add_test_dir name dir)
     add_executable(${_exe} ${_files})
     target_link_libraries(${_exe} PRIVATE ddp::ddp GTest::gtest GTest::gtest_main)
     target_include_directories(${_exe} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
-    gtest_discover_tests(${_exe} PROPERTIES LABELS ${kind} DISCOVERY_TIMEOUT 60
+    set(_kind_label ${kind})
+    if(kind STREQUAL "unit")
+      set(_kind_label ${_label})
+    endif()
+    gtest_discover_tests(${_exe} PROPERTIES LABELS ${_kind_label} DISCOVERY_TIMEOUT 60
                          TEST_PREFIX "${name}.")
   endforeach()
 endfunction()

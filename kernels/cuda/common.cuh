@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "core/cuda_check.h"
+#include "common/scalar_cast.h"
 #include "ddp/core/dispatch.h"
 #include "ddp/core/dtype.h"
 #include "ddp/tensor/backend.h"
@@ -112,57 +113,13 @@ inline T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
-// ---- scalar casts: see Note [CPU casts] in kernels/cpu/convert.h; these do
-// the very same conversions so the two backends agree bit for bit.
-template <class T>
-inline constexpr bool is_half_like = std::is_same_v<T, Half> || std::is_same_v<T, BFloat16>;
-
-DDP_INLINE_HD int64_t float_to_i64(double v) {
-  if (v != v) return 0;
-  if (v >= 9223372036854775807.0) return INT64_MAX;
-  if (v <= -9223372036854775808.0) return INT64_MIN;
-  return int64_t(v);
-}
-
-template <class D, class S>
-DDP_INLINE_HD D cast_to(S v) {
-  if constexpr (std::is_same_v<D, S>) {
-    return v;
-  } else if constexpr (std::is_same_v<D, bool>) {
-    if constexpr (is_half_like<S>)
-      return float(v) != 0.0f;
-    else
-      return v != S(0);
-  } else if constexpr (std::is_same_v<S, bool>) {
-    if constexpr (is_half_like<D>)
-      return D(v ? 1.0f : 0.0f);
-    else
-      return D(v ? 1 : 0);
-  } else if constexpr (is_half_like<D>) {
-    return D(float(v));
-  } else if constexpr (is_half_like<S>) {
-    return cast_to<D>(float(v));
-  } else if constexpr (std::is_floating_point_v<D>) {
-    return D(v);
-  } else if constexpr (std::is_floating_point_v<S>) {
-    return D(float_to_i64(double(v)));
-  } else {
-    return D(v);
-  }
-}
-
-// Load into / store from the compute type (Note [Compute type] in dtype.h).
-template <class T>
-DDP_INLINE_HD compute_t<T> load(T v) {
-  return compute_t<T>(v);
-}
-template <class T>
-DDP_INLINE_HD T store(compute_t<T> c) {
-  if constexpr (std::is_same_v<T, bool>)
-    return c != 0;
-  else
-    return T(c);
-}
+// ---- scalar casts: Note [Scalar casts] in kernels/common/scalar_cast.h,
+// shared with the CPU kernels so the two backends agree bit for bit.
+using kernels::cast_to;
+using kernels::float_to_i64;
+using kernels::is_half_like;
+using kernels::load;
+using kernels::store;
 
 // Accumulation type of reductions: float for f16/bf16/f32, double for f64, int64 otherwise.
 template <class T>
