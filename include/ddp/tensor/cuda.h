@@ -90,7 +90,9 @@ void reset_peak_memory_stats(int device = -1);
 std::string memory_summary(int device = -1);  // human-readable table
 void empty_cache();  // returns unused cached blocks to the driver
 // Marks that a block in use by `stream` may only be reused once the work now
-// queued there has finished (like torch's record_stream).
+// queued there has finished (like torch's record_stream). ptr must be the
+// start of a block (Storage::data()), not a pointer into a view; otherwise
+// ValueError.
 void record_stream(void* ptr, const Stream& stream);
 
 }  // namespace ddp::cuda
