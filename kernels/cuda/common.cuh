@@ -121,6 +121,23 @@ using kernels::is_half_like;
 using kernels::load;
 using kernels::store;
 
+// Reduces one value per thread across a power-of-two block (blockDim.x, with
+// `sm` holding blockDim.x values); every thread gets the result. Ends with a
+// barrier so `sm` may be reused at once. Used by the row reductions and softmax.
+template <class V, class Combine>
+__device__ __forceinline__ V block_all_reduce(V v, V* sm, Combine combine) {
+  const unsigned tid = threadIdx.x;
+  sm[tid] = v;
+  __syncthreads();
+  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (tid < s) sm[tid] = combine(sm[tid], sm[tid + s]);
+    __syncthreads();
+  }
+  v = sm[0];
+  __syncthreads();
+  return v;
+}
+
 // Accumulation type of reductions: float for f16/bf16/f32, double for f64, int64 otherwise.
 template <class T>
 using acc_t = compute_t<T>;

@@ -37,23 +37,6 @@ __device__ __forceinline__ Extreme<A> better(Extreme<A> a, Extreme<A> b) {
   return a.col <= b.col ? a : b;
 }
 
-// Tree reduction of one value per thread over a power-of-two block; returns
-// the result in thread 0 (others get their partial). Ends with a barrier so
-// `sm` may be reused at once.
-template <class V, class Combine>
-__device__ __forceinline__ V block_reduce(V v, V* sm, Combine combine) {
-  const unsigned tid = threadIdx.x;
-  sm[tid] = v;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (tid < s) sm[tid] = combine(sm[tid], sm[tid + s]);
-    __syncthreads();
-  }
-  v = sm[0];
-  __syncthreads();
-  return v;
-}
-
 template <class T>
 static __global__ void sum_float_rows_kernel(const T* in, T* out, int64_t rows, int64_t cols) {
   using A = compute_t<T>;
@@ -62,7 +45,7 @@ static __global__ void sum_float_rows_kernel(const T* in, T* out, int64_t rows, 
     const T* row = in + r * cols;
     A acc = 0;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) acc += load(row[j]);
-    acc = block_reduce(acc, sm, [](A x, A y) { return x + y; });
+    acc = block_all_reduce(acc, sm, [](A x, A y) { return x + y; });
     if (threadIdx.x == 0) out[r] = store<T>(acc);
   }
 }
@@ -75,7 +58,7 @@ static __global__ void sum_int_rows_kernel(const T* in, int64_t* out, int64_t ro
     const T* row = in + r * cols;
     uint64_t acc = 0;
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) acc += uint64_t(int64_t(row[j]));
-    acc = block_reduce(acc, sm, [](uint64_t x, uint64_t y) { return x + y; });
+    acc = block_all_reduce(acc, sm, [](uint64_t x, uint64_t y) { return x + y; });
     if (threadIdx.x == 0) out[r] = int64_t(acc);
   }
 }
@@ -90,7 +73,7 @@ static __global__ void extreme_rows_kernel(const T* in, void* out, int64_t rows,
     Extreme<A> best{A(0), -1};
     for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
       best = better<IsMax>(best, Extreme<A>{load(row[j]), j});
-    best = block_reduce(best, sm, [](Extreme<A> x, Extreme<A> y) { return better<IsMax>(x, y); });
+    best = block_all_reduce(best, sm, [](Extreme<A> x, Extreme<A> y) { return better<IsMax>(x, y); });
     if (threadIdx.x == 0) {
       if constexpr (Arg)
         static_cast<int64_t*>(out)[r] = best.col;

@@ -18,22 +18,6 @@ __device__ __forceinline__ double dev_exp(double x) { return ::exp(x); }
 __device__ __forceinline__ float dev_log(float x) { return logf(x); }
 __device__ __forceinline__ double dev_log(double x) { return ::log(x); }
 
-// Reduces one value per thread across a power-of-two block; every thread gets
-// the result. Ends with a barrier so `sm` may be reused at once.
-template <class C, class Combine>
-__device__ __forceinline__ C block_all_reduce(C v, C* sm, Combine combine) {
-  const unsigned tid = threadIdx.x;
-  sm[tid] = v;
-  __syncthreads();
-  for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (tid < s) sm[tid] = combine(sm[tid], sm[tid + s]);
-    __syncthreads();
-  }
-  v = sm[0];
-  __syncthreads();
-  return v;
-}
-
 template <class T>
 static __global__ void softmax_kernel(const T* in, T* out, int64_t rows, int64_t cols, bool log) {
   using C = compute_t<T>;
