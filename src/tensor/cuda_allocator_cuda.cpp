@@ -18,6 +18,7 @@
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "tensor/cuda_allocator.h"
+#include "tensor/cuda_pending_events.h"
 
 namespace ddp {
 
@@ -306,21 +307,9 @@ class DeviceAllocator {
   // pending (its block is not provably idle) and the failure is raised.
   void process_events(bool wait) {
     if (pending_.empty()) return;
-    cudaError_t failure = cudaSuccess;
-    size_t keep = 0;
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      const PendingEvent p = pending_[i];
-      cudaError_t err = wait ? cudaEventSynchronize(p.event) : cudaEventQuery(p.event);
-      if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        if (err != cudaErrorNotReady && failure == cudaSuccess) failure = err;
-        pending_[keep++] = p;
-        continue;
-      }
-      release_cuda_event(p.device, p.event);
+    cudaError_t failure = drain_pending_events(pending_, wait, [&](const PendingEvent& p) {
       if (--p.block->pending_events == 0) return_to_pool(p.block);
-    }
-    pending_.resize(keep);
+    });
     if (failure != cudaSuccess)
       DDP_THROW(CudaError, "waiting for the stream events of freed blocks on cuda:{}: {}: {}",
                 device_, cudaGetErrorName(failure), cudaGetErrorString(failure));

@@ -16,6 +16,7 @@
 #include "ddp/core/logging.h"
 #include "ddp/tensor/cuda.h"
 #include "tensor/cuda_allocator.h"
+#include "tensor/cuda_pending_events.h"
 
 namespace ddp {
 
@@ -120,22 +121,10 @@ class PinnedAllocator {
 
   // Buffers whose events have all completed (and that were freed) become free.
   void process_events(bool wait) {
-    cudaError_t failure = cudaSuccess;
-    size_t keep = 0;
-    for (size_t i = 0; i < pending_.size(); ++i) {
-      const Pending p = pending_[i];
-      cudaError_t err = wait ? cudaEventSynchronize(p.event) : cudaEventQuery(p.event);
-      if (err != cudaSuccess) {
-        (void)cudaGetLastError();
-        if (err != cudaErrorNotReady && failure == cudaSuccess) failure = err;
-        pending_[keep++] = p;
-        continue;
-      }
-      release_cuda_event(p.device, p.event);
+    cudaError_t failure = drain_pending_events(pending_, wait, [&](const Pending& p) {
       if (--p.block->pending_events == 0 && !p.block->in_use)
         free_.insert({p.block->size, p.block->ptr});
-    }
-    pending_.resize(keep);
+    });
     if (failure != cudaSuccess)
       DDP_THROW(CudaError, "waiting for the copy events of pinned buffers: {}: {}",
                 cudaGetErrorName(failure), cudaGetErrorString(failure));
