@@ -107,4 +107,33 @@ class FdGuard {
   int fd_;
 };
 
+// The address of this machine that the kernel would use to reach host (a
+// UDP "connect" sends nothing; it only picks the route). Empty when host does
+// not resolve or is unreachable. This is how a rank finds the address its
+// peers can reach it at, also inside a network namespace.
+inline std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || !res) return "";
+  std::string out;
+  for (addrinfo* ai = res; ai && out.empty(); ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[NI_MAXHOST];
+      if (::getnameinfo(reinterpret_cast<sockaddr*>(&local), len, buf, sizeof(buf), nullptr, 0,
+                        NI_NUMERICHOST) == 0)
+        out = buf;
+    }
+    ::close(fd);
+  }
+  ::freeaddrinfo(res);
+  return out;
+}
+
 }  // namespace ddp::dist::net

@@ -1,13 +1,9 @@
 // The "mpi" ProcessGroup backend. Built only when MPI is found (src/CMakeLists.txt).
 //
 // Note [MPI progress]
-// Each group owns one worker thread and a FIFO queue. A collective call checks
-// its arguments (base class), stages CUDA tensors to host, queues a task and
-// returns its Work at once; the worker runs the tasks in submission order with
-// the ordinary blocking MPI calls (the fastest path through Open MPI) and
-// completes each Work, an MPI failure becoming the Work's MpiError. Because
-// every rank submits the same collectives in the same order, and one thread
-// runs them in that order, the ranks always meet in the same collective.
+// Each group owns one worker thread (See Note [One worker per group]) that
+// runs the collectives with the ordinary blocking MPI calls (the fastest path
+// through Open MPI), an MPI failure becoming the Work's MpiError.
 // Point-to-point is the exception: a blocking MPI_Send in a ring would wait
 // for a receive that the peer's worker cannot post until its own send
 // returns, so send/recv post MPI_Isend/MPI_Irecv and the worker tests them
@@ -39,18 +35,15 @@
 
 #include <algorithm>
 #include <climits>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <functional>
-#include <map>
 #include <mutex>
-#include <optional>
-#include <thread>
 
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
+#include "host_staging.h"
+#include "work_queue.h"
 
 namespace ddp::dist {
 
@@ -90,7 +83,7 @@ void finalize_at_exit() {
   // MPI_Error_string of an unknown code is itself an error, fatal on
   // MPI_COMM_WORLD's default handler.
   if (rc < 0 || rc > MPI_ERR_LASTCODE || MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) len = 0;
-  detail::throw_error<MpiError>(file, line,
+  ::ddp::detail::throw_error<MpiError>(file, line,
                                 fmt::format("{} (mpi rank {}): MPI error {}: {}", op, rank, rc,
                                             std::string(buf, size_t(len))));
 }
@@ -121,7 +114,7 @@ MPI_Datatype mpi_type(DType d) {
       return MPI_UINT8_T;
     case DType::f16:
     case DType::bf16:
-      return MPI_FLOAT;  // reduced as f32, see wire_dtype
+      return MPI_FLOAT;  // Note [Half precision on the wire]
     default:
       break;
   }
@@ -143,82 +136,7 @@ MPI_Op mpi_op(ReduceOp op) {
   return MPI_SUM;
 }
 
-// Note [MPI half precision]: MPI has no portable f16/bf16 reduction, so f16
-// and bf16 travel as f32: converted into an f32 buffer, reduced (and divided
-// for avg) in f32, converted back, rounding once (Note [Compute type]).
-DType wire_dtype(DType d) { return d == DType::f16 || d == DType::bf16 ? DType::f32 : d; }
-
-template <class From, class To>
-void convert(const void* src, void* dst, int64_t n) {
-  auto* s = static_cast<const From*>(src);
-  auto* o = static_cast<To*>(dst);
-  for (int64_t i = 0; i < n; ++i) o[i] = To(float(s[i]));
-}
-void to_wire(DType d, const void* src, void* dst, int64_t n) {
-  if (d == DType::f16)
-    convert<Half, float>(src, dst, n);
-  else if (d == DType::bf16)
-    convert<BFloat16, float>(src, dst, n);
-  else
-    std::memcpy(dst, src, size_t(n) * element_size(d));
-}
-void from_wire(DType d, const void* src, void* dst, int64_t n) {
-  if (d == DType::f16)
-    convert<float, Half>(src, dst, n);
-  else if (d == DType::bf16)
-    convert<float, BFloat16>(src, dst, n);
-  else
-    std::memcpy(dst, src, size_t(n) * element_size(d));
-}
-
-// avg on a wire buffer (f32 or f64: the base class rejects integer avg).
-template <class T>
-void divide_as(void* buf, int64_t n, int size) {
-  auto* p = static_cast<T*>(buf);
-  for (int64_t i = 0; i < n; ++i) p[i] /= T(size);
-}
-void divide(DType wire, void* buf, int64_t n, int size) {
-  if (wire == DType::f32)
-    divide_as<float>(buf, n, size);
-  else if (wire == DType::f64)
-    divide_as<double>(buf, n, size);
-}
-
-std::byte* bytes(const Tensor& t) { return static_cast<std::byte*>(t.data_ptr()); }
-
-// Note [MPI host staging]: a CUDA tensor is copied to a host tensor when the
-// collective is submitted (on the caller's thread, after the kernels that
-// produced it), the worker runs on the host copy, and copies the result back
-// into the CUDA tensor before completing the Work (Note [Work completion]).
-// CPU tensors are used in place.
-struct Staged {
-  Tensor user;
-  Tensor host;
-};
-Staged stage(const Tensor& t, bool copy_in) {
-  if (!t.is_cuda()) return {t, t};
-  Tensor h = copy_in ? t.cpu() : Tensor::empty(t.shape(), TensorOptions(t.dtype()));
-  return {t, h};
-}
-void unstage(const Staged& s) {
-  if (!s.user.is_cuda()) return;
-  Tensor user = s.user;  // a handle: copy_ writes the shared data
-  user.copy_(s.host);
-}
-std::vector<Staged> stage_all(const Tensors& ts, bool copy_in) {
-  std::vector<Staged> out;
-  out.reserve(ts.size());
-  for (const Tensor& t : ts) out.push_back(stage(t, copy_in));
-  return out;
-}
-
-// True when the host tensors lie back to back in memory, so a collective can
-// use them as one buffer without a copy.
-bool consecutive(const std::vector<Staged>& ts) {
-  for (size_t i = 1; i < ts.size(); ++i)
-    if (bytes(ts[i].host) != bytes(ts[0].host) + i * ts[0].host.nbytes()) return false;
-  return true;
-}
+using namespace detail;  // host staging and the wire format (host_staging.h)
 
 // MPI counts are int: elementwise ops are split into chunks of at most this.
 constexpr int64_t kMaxChunk = int64_t(1) << 30;
@@ -226,12 +144,8 @@ constexpr int64_t kMaxChunk = int64_t(1) << 30;
 }  // namespace
 
 struct ProcessGroupMPI::Impl {
-  struct Task {
-    WorkPtr work;
-    // Runs the operation; returns false when it posted requests that complete
-    // the Work later (point to point), true when the Work is done.
-    std::function<bool()> run;
-  };
+  // Point-to-point requests posted by the worker, tested by it until they
+  // finish (Note [MPI progress]).
   struct Pending {
     WorkPtr work;
     MPI_Request req = MPI_REQUEST_NULL;
@@ -243,52 +157,32 @@ struct ProcessGroupMPI::Impl {
   int rank = 0;
   int size = 1;
   int tag_ub = 32767;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Task> queue;
-  bool stop = false;
   std::vector<Pending> pending;  // worker thread only
-  std::thread worker;
+  std::unique_ptr<WorkQueue> queue;
+
+  void start() {
+    queue = std::make_unique<WorkQueue>("mpi", rank);
+    queue->start({[this] { return !pending.empty(); }, [this] { return poll_pending(); },
+                  [this] {
+                    for (Pending& p : pending)
+                      if (p.is_recv) MPI_Cancel(&p.req);
+                  }});
+  }
 
   WorkPtr submit(const std::string& op, Tensors result, std::function<bool()> run) {
-    auto w = std::make_shared<Work>(op);
-    w->set_result(std::move(result));
-    enqueue(Task{w, std::move(run)});
-    return w;
+    return queue->submit(op, std::move(result), std::move(run));
   }
 
   // post() starts a non-blocking request on the worker; the worker completes
   // the Work when the request finishes (Note [MPI progress]).
   WorkPtr submit_p2p(const std::string& op, Tensors result, std::function<Pending()> post) {
-    auto w = std::make_shared<Work>(op);
-    w->set_result(std::move(result));
-    enqueue(Task{w, [this, w, post = std::move(post)] {
-                   Pending pd = post();
-                   pd.work = w;
-                   pending.push_back(std::move(pd));
-                   return false;
-                 }});
-    return w;
-  }
-
-  void enqueue(Task t) {
-    {
-      std::lock_guard<std::mutex> lk(mu);
-      DDP_CHECK(!stop, "{} (mpi rank {}): the process group is shutting down", t.work->op(), rank);
-      queue.push_back(std::move(t));
-    }
-    cv.notify_one();
-  }
-
-  void run_task(Task& t) {
-    bool done = true;
-    std::exception_ptr err;
-    try {
-      done = t.run();
-    } catch (...) {
-      err = std::current_exception();
-    }
-    if (done || err) t.work->mark_completed(err);
+    return queue->submit_with_work(op, std::move(result),
+                                   [this, post = std::move(post)](const WorkPtr& w) {
+                                     Pending pd = post();
+                                     pd.work = w;
+                                     pending.push_back(std::move(pd));
+                                     return false;
+                                   });
   }
 
   // Tests the pending point-to-point requests; returns whether any finished.
@@ -325,81 +219,20 @@ struct ProcessGroupMPI::Impl {
     return progressed;
   }
 
-  void loop() {
-    auto backoff = std::chrono::microseconds(0);
-    bool cancelled = false;
-    for (;;) {
-      std::optional<Task> task;
-      {
-        std::unique_lock<std::mutex> lk(mu);
-        auto ready = [&] { return stop || !queue.empty(); };
-        if (pending.empty()) {
-          cv.wait(lk, ready);
-        } else if (backoff.count() > 0) {
-          cv.wait_for(lk, backoff, ready);
-        }
-        if (!queue.empty()) {
-          task = std::move(queue.front());
-          queue.pop_front();
-        } else if (stop && pending.empty()) {
-          return;
-        } else if (stop && !cancelled) {
-          // Nothing more will be posted: a receive whose sender never comes
-          // would hang the destructor, so cancel the receives.
-          for (Pending& p : pending)
-            if (p.is_recv) MPI_Cancel(&p.req);
-          cancelled = true;
-        }
-      }
-      if (task) run_task(*task);
-      if (pending.empty()) continue;
-      if (poll_pending() || task)
-        backoff = std::chrono::microseconds(0);
-      else
-        backoff =
-            std::min(std::chrono::microseconds(50), backoff * 2 + std::chrono::microseconds(1));
-    }
-  }
-
   // ---- the operations, run on the worker ------------------------------------
 
   // Reduces groups of same-dtype tensors in place, coalesced into one buffer
   // per dtype (no copy for a single tensor of an MPI-native dtype). root < 0:
   // allreduce; else reduce to root.
   void reduce_coalesced(const char* op, std::vector<Staged>& ts, ReduceOp rop, int root) {
-    std::vector<DType> order;
-    std::map<DType, std::vector<size_t>> groups;
-    for (size_t i = 0; i < ts.size(); ++i) {
-      DType d = ts[i].host.dtype();
-      if (!groups.count(d)) order.push_back(d);
-      groups[d].push_back(i);
-    }
     const bool result_here = root < 0 || root == rank;
-    for (DType d : order) {
-      const std::vector<size_t>& idx = groups[d];
-      DType wire = wire_dtype(d);
-      int64_t total = 0;
-      for (size_t i : idx) total += ts[i].host.numel();
-      if (total == 0) continue;
-      std::unique_ptr<std::byte[]> owned;
-      void* buf;
-      if (idx.size() == 1 && wire == d) {
-        buf = ts[idx[0]].host.data_ptr();
-      } else {
-        owned = std::make_unique_for_overwrite<std::byte[]>(size_t(total) * element_size(wire));
-        buf = owned.get();
-        int64_t off = 0;
-        for (size_t i : idx) {
-          const Tensor& h = ts[i].host;
-          to_wire(d, h.data_ptr(), owned.get() + off * element_size(wire), h.numel());
-          off += h.numel();
-        }
-      }
-      MPI_Datatype type = mpi_type(wire);
-      size_t esize = element_size(wire);
-      for (int64_t off = 0; off < total; off += kMaxChunk) {
-        int n = int(std::min(kMaxChunk, total - off));
-        auto* p = static_cast<std::byte*>(buf) + off * esize;
+    for (WireGroup& g : pack_by_dtype(ts)) {
+      if (g.numel == 0) continue;
+      MPI_Datatype type = mpi_type(g.wire);
+      size_t esize = element_size(g.wire);
+      for (int64_t off = 0; off < g.numel; off += kMaxChunk) {
+        int n = int(std::min(kMaxChunk, g.numel - off));
+        auto* p = static_cast<std::byte*>(g.data) + off * esize;
         if (root < 0)
           DDP_MPI_CALL(op, rank, MPI_Allreduce(MPI_IN_PLACE, p, n, type, mpi_op(rop), comm));
         else if (root == rank)
@@ -408,15 +241,8 @@ struct ProcessGroupMPI::Impl {
           DDP_MPI_CALL(op, rank, MPI_Reduce(p, nullptr, n, type, mpi_op(rop), root, comm));
       }
       if (!result_here) continue;  // non-root buffers are unspecified after reduce
-      if (rop == ReduceOp::avg) divide(wire, buf, total, size);
-      if (owned) {
-        int64_t off = 0;
-        for (size_t i : idx) {
-          const Tensor& h = ts[i].host;
-          from_wire(d, owned.get() + off * element_size(wire), h.data_ptr(), h.numel());
-          off += h.numel();
-        }
-      }
+      if (rop == ReduceOp::avg) divide(g.wire, g.data, g.numel, size);
+      unpack(g, ts);
     }
     if (result_here)
       for (const Staged& s : ts) unstage(s);
@@ -425,7 +251,7 @@ struct ProcessGroupMPI::Impl {
 
 ProcessGroupMPI::ProcessGroupMPI(int rank, int size, std::unique_ptr<Impl> impl)
     : ProcessGroup(rank, size), impl_(std::move(impl)) {
-  impl_->worker = std::thread([p = impl_.get()] { p->loop(); });
+  impl_->start();
 }
 
 std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create() {
@@ -471,12 +297,7 @@ std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create() {
 }
 
 ProcessGroupMPI::~ProcessGroupMPI() {
-  {
-    std::lock_guard<std::mutex> lk(impl_->mu);
-    impl_->stop = true;
-  }
-  impl_->cv.notify_one();
-  if (impl_->worker.joinable()) impl_->worker.join();
+  impl_->queue->stop();
   MpiGlobal& g = mpi_global();
   std::lock_guard<std::mutex> lk(g.mu);
   int finalized = 0;
@@ -489,7 +310,7 @@ BackendCaps ProcessGroupMPI::caps() const {
   BackendCaps c;
   c.cpu_tensors = true;
   c.cuda_tensors = false;
-  c.stage_cuda_through_host = true;  // Note [MPI host staging]
+  c.stage_cuda_through_host = true;  // See Note [Host staging]
   c.avg = false;                     // sum, then divide
   return c;
 }

@@ -33,6 +33,8 @@ static_assert(std::is_base_of_v<Error, CublasError>);
 static_assert(std::is_base_of_v<Error, CudnnError>);
 static_assert(std::is_base_of_v<Error, NcclError>);
 static_assert(std::is_base_of_v<Error, MpiError>);
+static_assert(std::is_base_of_v<Error, GlooError>);
+static_assert(std::is_base_of_v<Error, DistNetworkError>);
 static_assert(std::is_base_of_v<Error, IoError>);
 static_assert(std::is_base_of_v<Error, TimeoutError>);
 
@@ -65,6 +67,8 @@ TEST(Error, EverySubclassIsADdpError) {
   expect_caught_as_error<CudnnError>("cudnn");
   expect_caught_as_error<NcclError>("nccl");
   expect_caught_as_error<MpiError>("mpi");
+  expect_caught_as_error<GlooError>("gloo");
+  expect_caught_as_error<DistNetworkError>("lost rank 1");
   expect_caught_as_error<IoError>("io");
   expect_caught_as_error<TimeoutError>("timeout");
 }

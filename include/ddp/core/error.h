@@ -53,6 +53,10 @@ DDP_DECLARE_ERROR(CublasError, Error)
 DDP_DECLARE_ERROR(CudnnError, Error)
 DDP_DECLARE_ERROR(NcclError, Error)
 DDP_DECLARE_ERROR(MpiError, Error)
+DDP_DECLARE_ERROR(GlooError, Error)
+// A peer process of a collective was lost or unreachable (like torch's
+// DistNetworkError); the message names the lost ranks where known.
+DDP_DECLARE_ERROR(DistNetworkError, Error)
 DDP_DECLARE_ERROR(IoError, Error)
 DDP_DECLARE_ERROR(TimeoutError, Error)
 #undef DDP_DECLARE_ERROR

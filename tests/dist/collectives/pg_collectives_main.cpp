@@ -1,8 +1,12 @@
-// ProcessGroupMPI under mpirun: every collective against a serial computation
-// of what each rank contributed. Run as `mpirun -np N pg_mpi_main`. Every rank
-// runs every test in the same order (the collectives must match), only rank 0
-// prints gtest's report, other ranks print their own failures, and the exit
-// status is non-zero when any rank failed.
+// Every collective of a process group against a serial computation of what
+// each rank contributed, for any backend:
+//   mpirun -np N pg_collectives_main --backend mpi
+//   ddprun --nproc-per-node N pg_collectives_main --backend gloo
+// The group comes from init_process_group, so this also tests that it reads
+// the launcher's environment. Every rank runs every test in the same order
+// (the collectives must match), only rank 0 prints gtest's report, other
+// ranks print their own failures, and the exit status is non-zero when any
+// rank failed. With a GPU, CUDA tensors are staged through host memory.
 
 #include <gtest/gtest.h>
 
@@ -14,15 +18,37 @@
 #include <memory>
 #include <vector>
 
+#include "ddp/config.h"
+#include "ddp/dist/init.h"
+#include "ddp/tensor/cuda.h"
+#if DDP_HAVE_MPI
 #include "ddp/dist/process_group_mpi.h"
+#endif
+#if DDP_HAVE_GLOO
+#include "ddp/dist/process_group_gloo.h"
+#endif
 
 using namespace ddp;
 using namespace ddp::dist;
 
 namespace {
 
-std::shared_ptr<ProcessGroupMPI> g_pg;
-ProcessGroupMPI& pg() { return *g_pg; }
+World g_world;
+std::string g_backend;
+ProcessGroup& pg() { return *g_world.group; }
+const std::string& backend() { return g_backend; }
+
+// A second group over the same ranks, made the backend's own way.
+std::shared_ptr<ProcessGroup> new_group() {
+#if DDP_HAVE_MPI
+  if (backend() == "mpi") return ProcessGroupMPI::create();
+#endif
+#if DDP_HAVE_GLOO
+  if (backend() == "gloo")
+    return ProcessGroupGloo::create(g_world.store, pg().rank(), pg().size());
+#endif
+  return nullptr;
+}
 constexpr std::chrono::milliseconds kWait{120'000};  // a hang fails, not blocks CTest
 
 const DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16,
@@ -92,7 +118,7 @@ std::string name(DType d, ReduceOp op, int64_t n) {
 
 // ---- allreduce ----------------------------------------------------------------
 
-TEST(MpiAllreduce, EveryDTypeAndOpSmall) {
+TEST(Allreduce, EveryDTypeAndOpSmall) {
   for (DType d : kDTypes)
     for (ReduceOp op : kOps) {
       if (op == ReduceOp::avg && !is_floating(d)) continue;
@@ -104,7 +130,7 @@ TEST(MpiAllreduce, EveryDTypeAndOpSmall) {
     }
 }
 
-TEST(MpiAllreduce, Large) {
+TEST(Allreduce, Large) {
   const int64_t n = (int64_t(1) << 20) + 3;
   struct Case {
     DType d;
@@ -118,7 +144,7 @@ TEST(MpiAllreduce, Large) {
   }
 }
 
-TEST(MpiAllreduce, CoalescedMixedTensors) {
+TEST(Allreduce, CoalescedMixedTensors) {
   struct Spec {
     DType d;
     int64_t n;
@@ -144,7 +170,7 @@ TEST(MpiAllreduce, CoalescedMixedTensors) {
   expect_equal(ints[2], expected_reduce(DType::i32, 6, ReduceOp::max, 3), "coalesced i32 b");
 }
 
-TEST(MpiAllreduce, ManyOutstandingWaitedInReverse) {
+TEST(Allreduce, ManyOutstandingWaitedInReverse) {
   std::vector<Tensor> ts;
   std::vector<WorkPtr> ws;
   for (int k = 0; k < 16; ++k) {
@@ -159,8 +185,9 @@ TEST(MpiAllreduce, ManyOutstandingWaitedInReverse) {
   }
 }
 
-TEST(MpiAllreduce, SecondGroupIsIndependent) {
-  auto pg2 = ProcessGroupMPI::create();
+TEST(Allreduce, SecondGroupIsIndependent) {
+  auto pg2 = new_group();
+  ASSERT_TRUE(pg2);
   EXPECT_EQ(pg2->rank(), pg().rank());
   EXPECT_EQ(pg2->size(), pg().size());
   Tensor a = make(DType::f32, 50, pg().rank(), 1), b = make(DType::f32, 50, pg().rank(), 2);
@@ -175,7 +202,7 @@ TEST(MpiAllreduce, SecondGroupIsIndependent) {
 
 // ---- broadcast, reduce ------------------------------------------------------------
 
-TEST(MpiBroadcast, FromEveryRoot) {
+TEST(Broadcast, FromEveryRoot) {
   for (int root = 0; root < pg().size(); ++root)
     for (DType d : {DType::f32, DType::f16, DType::i64, DType::u8}) {
       Tensors ts = {make(d, 33, pg().rank(), 1), make(d, 0, pg().rank()),
@@ -187,7 +214,7 @@ TEST(MpiBroadcast, FromEveryRoot) {
     }
 }
 
-TEST(MpiReduce, ToEveryRoot) {
+TEST(Reduce, ToEveryRoot) {
   for (int root = 0; root < pg().size(); ++root)
     for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max})
       for (DType d : {DType::f32, DType::bf16, DType::i32}) {
@@ -203,7 +230,7 @@ TEST(MpiReduce, ToEveryRoot) {
 
 // ---- allgather, reduce_scatter, all_to_all ---------------------------------------
 
-TEST(MpiAllgather, SeparateAndChunkedOutputs) {
+TEST(Allgather, SeparateAndChunkedOutputs) {
   const int n = pg().size();
   for (DType d : {DType::f32, DType::bf16, DType::i64, DType::u8}) {
     Tensor in = make(d, 17, pg().rank(), 3);
@@ -221,7 +248,7 @@ TEST(MpiAllgather, SeparateAndChunkedOutputs) {
   }
 }
 
-TEST(MpiReduceScatter, OpsAndDTypes) {
+TEST(ReduceScatter, OpsAndDTypes) {
   const int n = pg().size();
   struct Case {
     DType d;
@@ -247,7 +274,7 @@ TEST(MpiReduceScatter, OpsAndDTypes) {
   }
 }
 
-TEST(MpiAllToAll, OutOfPlaceAndInPlace) {
+TEST(AllToAll, OutOfPlaceAndInPlace) {
   const int n = pg().size(), rows = 3, cols = 2;
   // Element (chunk j, k) on rank r is r*1000 + j*10 + k: chunk j goes to rank j.
   auto input = [&](int r) {
@@ -270,7 +297,7 @@ TEST(MpiAllToAll, OutOfPlaceAndInPlace) {
   expect_equal(in, expected, "all_to_all in place");
 }
 
-TEST(MpiBarrier, Completes) {
+TEST(Barrier, Completes) {
   for (int k = 0; k < 5; ++k) {
     auto w = pg().barrier();
     w->wait(kWait);
@@ -280,7 +307,7 @@ TEST(MpiBarrier, Completes) {
 
 // ---- point to point ------------------------------------------------------------
 
-TEST(MpiSendRecv, RingWithTags) {
+TEST(SendRecv, RingWithTags) {
   const int n = pg().size(), r = pg().rank();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   const int64_t big =
@@ -304,7 +331,10 @@ TEST(MpiSendRecv, RingWithTags) {
   expect_equal(h_in, make(DType::f16, 5, prev, 4), "recv f16");
 }
 
-TEST(MpiSendRecv, SizeMismatchFailsTheReceive) {
+TEST(SendRecv, SizeMismatchFailsTheReceive) {
+  // Gloo checks sizes in its transport thread, where a mismatch breaks the
+  // connection rather than one receive.
+  if (backend() != "mpi") GTEST_SKIP() << "mpi only";
   const int n = pg().size(), r = pg().rank();
   const int next = (r + 1) % n, prev = (r + n - 1) % n;
   // A shorter message than the buffer: ShapeError from the Work.
@@ -319,7 +349,7 @@ TEST(MpiSendRecv, SizeMismatchFailsTheReceive) {
   try {
     wr2->wait(kWait);
     ADD_FAILURE() << "a truncated receive succeeded";
-  } catch (const MpiError& e) {
+  } catch (const Error& e) {
     // The MPI error string, the op and the rank.
     std::string msg = e.what();
     EXPECT_NE(msg.find("recv"), std::string::npos) << msg;
@@ -330,9 +360,32 @@ TEST(MpiSendRecv, SizeMismatchFailsTheReceive) {
   pg().barrier()->wait(kWait);
 }
 
+// ---- CUDA tensors on a host backend ------------------------------------------------
+
+// Several ranks may share one GPU: the host backends stage CUDA tensors
+// through host memory (ARCHITECTURE.md "Backends without a GPU").
+TEST(CudaStaging, AllreduceBroadcastAllgather) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no GPU: " << cuda::unavailable_reason();
+  const Device dev = Device::cuda(select_local_device(g_world.env, cuda::device_count()));
+  const int r = pg().rank(), n = pg().size();
+  for (DType d : {DType::f32, DType::bf16}) {
+    Tensor t = make(d, 1000, r).to(dev);
+    pg().allreduce({t}, ReduceOp::sum)->wait(kWait);
+    ASSERT_TRUE(t.is_cuda());
+    expect_equal(t.cpu(), expected_reduce(d, 1000, ReduceOp::sum), "cuda allreduce");
+  }
+  Tensor b = make(DType::f32, 10, r, 5).to(dev);
+  pg().broadcast({b}, n - 1)->wait(kWait);
+  expect_equal(b.cpu(), make(DType::f32, 10, n - 1, 5), "cuda broadcast");
+  Tensors outs;
+  for (int k = 0; k < n; ++k) outs.push_back(Tensor::zeros({7}, TensorOptions().device(dev)));
+  pg().allgather(outs, make(DType::f32, 7, r, 6).to(dev))->wait(kWait);
+  for (int k = 0; k < n; ++k) expect_equal(outs[size_t(k)].cpu(), make(DType::f32, 7, k, 6), "cuda allgather");
+}
+
 // ---- bad input: the same error on every rank, and nothing hangs afterwards ------
 
-TEST(MpiBadInput, RaisesOnEveryRank) {
+TEST(BadInput, RaisesOnEveryRank) {
   const int n = pg().size();
   Tensor t = Tensor::ones({6});
   Tensors too_many(size_t(n + 1), Tensor::zeros({6}));
@@ -366,19 +419,21 @@ TEST(MpiBadInput, RaisesOnEveryRank) {
   expect_equal(x, expected_reduce(DType::f32, 9, ReduceOp::sum), "after bad input");
 }
 
-TEST(MpiSendRecv, DestroyingTheGroupCancelsAPendingReceive) {
-  auto pg2 = ProcessGroupMPI::create();
+TEST(SendRecv, DestroyingTheGroupCancelsAPendingReceive) {
+  // Gloo's receives complete when waited (process_group_gloo.h).
+  if (backend() != "mpi") GTEST_SKIP() << "mpi only";
+  auto pg2 = new_group();
   Tensor in = Tensor::zeros({4});
   auto w = pg2->recv(in, (pg().rank() + 1) % pg().size(), 99);  // never sent
   pg2.reset();                                                  // must not hang
   ASSERT_TRUE(w->is_completed());
-  EXPECT_THROW(w->wait(kWait), MpiError);
+  EXPECT_THROW(w->wait(kWait), Error);
 }
 
-// Checks the failure reporting itself: DDP_MPI_TEST_FAIL_RANK=r makes rank r
+// Checks the failure reporting itself: DDP_TEST_FAIL_RANK=r makes rank r
 // (only) fail here, and the whole run must then exit non-zero.
-TEST(MpiSelfCheck, InjectedFailure) {
-  const char* env = std::getenv("DDP_MPI_TEST_FAIL_RANK");
+TEST(SelfCheck, InjectedFailure) {
+  const char* env = std::getenv("DDP_TEST_FAIL_RANK");
   if (env && std::atoi(env) == pg().rank()) ADD_FAILURE() << "injected failure";
 }
 
@@ -404,8 +459,13 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 
 int main(int argc, char** argv) {
   ::testing::InitGoogleTest(&argc, argv);
-  g_pg = ProcessGroupMPI::create();
-  const int rank = g_pg->rank();
+  InitOptions opts;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--backend" && i + 1 < argc) opts.backend = argv[++i];
+  opts.device = Device::cpu();  // CUDA tensors are tested by their own cases
+  g_world = init_process_group(opts);
+  g_backend = g_world.group->backend_name();
+  const int rank = g_world.rank();
   if (rank != 0) {
     auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
     delete listeners.Release(listeners.default_result_printer());
@@ -415,11 +475,11 @@ int main(int argc, char** argv) {
   // Every rank learns whether any rank failed.
   int64_t failed = rc != 0 ? 1 : 0;
   Tensor count = Tensor::full({1}, double(failed), TensorOptions(DType::i64));
-  g_pg->allreduce({count})->wait(kWait);
+  pg().allreduce({count})->wait(kWait);
   const int64_t failed_ranks = count.item<int64_t>();
   if (rank == 0)
-    std::printf("pg_mpi_main: world size %d, %lld rank(s) failed\n", g_pg->size(),
-                static_cast<long long>(failed_ranks));
-  g_pg.reset();  // before exit, so MPI_Finalize runs (Note [MPI initialisation and finalisation])
+    std::printf("pg_collectives_main: backend %s, world size %d, %lld rank(s) failed\n",
+                g_backend.c_str(), pg().size(), static_cast<long long>(failed_ranks));
+  g_world = World{};  // before exit, so MPI_Finalize runs (Note [MPI initialisation and finalisation])
   return failed_ranks == 0 ? 0 : 1;
 }

@@ -1,0 +1,69 @@
+#pragma once
+// init_process_group: join the job this process was launched into.
+//
+//   auto world = ddp::dist::init_process_group();     // reads the launcher's variables
+//   Tensor g = Tensor::ones({4}, TensorOptions().device(world.device));
+//   world.group->allreduce({g}, ReduceOp::avg)->wait();
+//
+// It reads how the process was launched (Note [Launcher precedence] in
+// launch_env.h: torchrun/ddprun, mpirun, srun, or nothing), picks this rank's
+// GPU from its local rank, makes the rendezvous store (rank 0 hosts a
+// TCPStore at MASTER_ADDR:MASTER_PORT; the others connect to it) and creates
+// the process group, choosing the backend from the device unless told
+// (Note [Choosing the backend] in src/dist/init.cpp).
+//
+// Every option left at its default is taken from the environment; an option
+// that is set wins over the environment.
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ddp/core/device.h"
+#include "ddp/dist/launch_env.h"
+#include "ddp/dist/process_group.h"
+#include "ddp/dist/store.h"
+
+namespace ddp::dist {
+
+struct InitOptions {
+  // "nccl", "gloo", "mpi", or empty for the default of the device.
+  std::string backend;
+  // The device this rank computes on. Unset: cuda:<local_rank % GPUs> when a
+  // GPU is usable (and made current), else the CPU.
+  std::optional<Device> device;
+  // Explicit placement, for a process started by hand; rank and world_size
+  // go together. They override the launcher's variables.
+  int rank = -1;
+  int world_size = -1;
+  std::string master_addr;
+  int master_port = 0;
+  // A store to use instead of the TCPStore at MASTER_ADDR:MASTER_PORT.
+  std::shared_ptr<Store> store;
+  // Timeout of the store and of every collective. Zero: the defaults (the
+  // store's 300 s / DDP_STORE_TIMEOUT_S; NCCL's 10 min / DDP_NCCL_TIMEOUT_S).
+  std::chrono::milliseconds timeout{0};
+};
+
+// What init_process_group made. The group is not a process-wide default:
+// keep this object and pass the group to whoever needs it.
+struct World {
+  std::shared_ptr<ProcessGroup> group;
+  std::shared_ptr<Store> store;  // null for mpi launched without MASTER_ADDR
+  LaunchEnv env;                 // where this process sits in the job
+  Device device;                 // the device this rank computes on
+  int rank() const { return group->rank(); }
+  int size() const { return group->size(); }
+};
+
+// Raises ValueError for an unknown or unavailable backend (naming the ones
+// this build has), a backend that cannot take the device, or a launch that
+// lacks what the backend needs (gloo and nccl need a store: MASTER_ADDR and
+// MASTER_PORT); TimeoutError when a rank never arrives.
+World init_process_group(const InitOptions& options = {});
+
+// The backends this build of libddp has, e.g. {"gloo", "mpi", "nccl"}.
+std::vector<std::string> available_backends();
+
+}  // namespace ddp::dist

@@ -1,0 +1,514 @@
+// The "gloo" ProcessGroup backend. Built only when Gloo is found
+// (src/CMakeLists.txt builds *_gloo.cpp files then).
+//
+// Note [Gloo rendezvous]
+// Gloo's full-mesh connect publishes each rank's listening addresses in a
+// gloo::rendezvous::Store and reads the others'. GlooStore lends it libddp's
+// own store under the group's prefix, so one TCPStore serves the whole job
+// and Gloo needs neither Redis nor a shared file system. The connect timeout
+// is the group's timeout, and a rank that never arrives surfaces as our
+// store's TimeoutError, which names the missing keys (the ranks).
+//
+// Note [Gloo address]
+// Every rank listens on one address that all peers must reach. Gloo binds a
+// host name or an interface; a machine's host name often resolves to
+// 127.0.1.1 (Debian) or to an address of the wrong network, so by default we
+// take the address the kernel routes towards MASTER_ADDR: on one machine
+// that is 127.0.0.1, across machines the interface facing the master, and
+// inside a network namespace the namespace's own address. GLOO_SOCKET_IFNAME
+// or GlooOptions pick something else.
+//
+// Note [Gloo world of one]
+// Gloo's algorithms need a connection to a neighbour, and a single rank has
+// none. With size() == 1 no Gloo context is made: the collectives are local
+// copies, still run on the worker so that Works complete in order.
+
+#include "ddp/dist/process_group_gloo.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/reduce.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cstring>
+#include <mutex>
+
+#include "ddp/core/env.h"
+#include "ddp/core/error.h"
+#include "ddp/core/logging.h"
+#include "ddp/dist/prefix_store.h"
+#include "host_staging.h"
+#include "net.h"
+#include "roll_call.h"
+#include "work_queue.h"
+
+namespace ddp::dist {
+
+using namespace detail;
+
+namespace {
+
+// See Note [Gloo rendezvous].
+class GlooStore : public gloo::rendezvous::Store {
+ public:
+  explicit GlooStore(std::shared_ptr<dist::Store> store) : store_(std::move(store)) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_->set(key, Bytes(data.begin(), data.end()));
+  }
+  std::vector<char> get(const std::string& key) override {
+    Bytes b = store_->get(key);
+    return std::vector<char>(b.begin(), b.end());
+  }
+  void wait(const std::vector<std::string>& keys) override { store_->wait(keys); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    store_->wait(keys, t);
+  }
+
+ private:
+  std::shared_ptr<dist::Store> store_;
+};
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+template <class T>
+ReduceFn reduce_fn_as(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg:  // sum, then divide by size
+      return &gloo::sum<T>;
+    case ReduceOp::product:
+      return &gloo::product<T>;
+    case ReduceOp::min:
+      return &gloo::min<T>;
+    case ReduceOp::max:
+      return &gloo::max<T>;
+  }
+  return &gloo::sum<T>;
+}
+
+// Calls fn(T{}) with the C++ type of a wire dtype (Note [Half precision on
+// the wire]: f16/bf16 never get here).
+template <class F>
+void with_wire_type(DType wire, F&& fn) {
+  switch (wire) {
+    case DType::f32: return fn(float{});
+    case DType::f64: return fn(double{});
+    case DType::i32: return fn(int32_t{});
+    case DType::i64: return fn(int64_t{});
+    case DType::u8: return fn(uint8_t{});
+    default: break;
+  }
+  DDP_THROW(DTypeError, "gloo: no reduction for {}", dtype_name(wire));
+}
+
+// The slot of point-to-point messages: a prefix no Gloo collective uses,
+// then the user's tag, so both sides agree without talking.
+constexpr uint64_t kP2PSlotPrefix = uint64_t(0x80) << 56;
+
+std::string bind_description(const gloo::transport::tcp::attr& a) {
+  return a.iface.empty() ? "address " + a.hostname : "interface " + a.iface;
+}
+
+}  // namespace
+
+struct ProcessGroupGloo::Impl {
+  int rank = 0;
+  int size = 1;
+  std::shared_ptr<dist::Store> store;  // the group's prefix store
+  std::shared_ptr<gloo::rendezvous::Context> ctx;  // null for a world of one
+  std::chrono::milliseconds timeout{0};
+  std::chrono::milliseconds grace{0};
+  int store_host_rank = -1;
+  uint32_t next_tag = 0;  // worker thread only: every rank numbers its collectives alike
+  std::mutex broken_mu;
+  std::exception_ptr broken;  // the first failure; every later call rethrows it
+  std::unique_ptr<WorkQueue> queue;
+
+  std::exception_ptr first_failure() {
+    std::lock_guard<std::mutex> lk(broken_mu);
+    return broken;
+  }
+
+  // Turns a Gloo failure into the group's error, once (Note [Naming the lost
+  // rank]): close our connections so that our neighbours fail now rather
+  // than at their timeout, take the roll call, name the missing ranks.
+  [[noreturn]] void fail(const std::string& op, const std::string& what) {
+    if (auto e = first_failure()) std::rethrow_exception(e);
+    if (ctx) {
+      try {
+        ctx->closeConnections();
+      } catch (const std::exception& e) {
+        DDP_LOG_DEBUG("gloo rank {}: closing connections after a failure: {}", rank, e.what());
+      }
+    }
+    RollCall rc = roll_call(*store, "failure/roll_call", rank, size, grace);
+    std::string lost = describe_lost(rc, store_host_rank);
+    std::exception_ptr err;
+    try {
+      if (!lost.empty())
+        DDP_THROW(DistNetworkError, "{} (gloo rank {} of {}): {}; gloo said: {}", op, rank, size,
+                  lost, what);
+      DDP_THROW(GlooError, "{} (gloo rank {} of {}): {} (every rank is alive)", op, rank, size,
+                what);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lk(broken_mu);
+      if (!broken) broken = err;
+    }
+    std::rethrow_exception(err);
+  }
+
+  // Queues body on the worker. A Gloo exception (gloo::Exception,
+  // gloo::EnforceNotMet, both std::exception) becomes the group's failure;
+  // ddp::Error from our own checks passes through.
+  template <class F>
+  WorkPtr submit(const char* op, Tensors result, F body) {
+    if (auto e = first_failure()) std::rethrow_exception(e);
+    return queue->submit(op, std::move(result), [this, op, body = std::move(body)]() mutable {
+      if (auto e = first_failure()) std::rethrow_exception(e);
+      try {
+        body();
+      } catch (const Error&) {
+        throw;
+      } catch (const std::exception& e) {
+        fail(op, e.what());
+      }
+      return true;
+    });
+  }
+
+  uint32_t tag() { return next_tag++; }
+
+  // In-place allreduce (root < 0) or reduce to root of one wire buffer.
+  void reduce_buffer(DType wire, void* data, int64_t n, ReduceOp op, int root) {
+    if (n == 0 || !ctx) return;
+    with_wire_type(wire, [&](auto zero) {
+      using T = decltype(zero);
+      if (root < 0) {
+        gloo::AllreduceOptions o(ctx);
+        o.setOutput(static_cast<T*>(data), size_t(n));
+        o.setReduceFunction(reduce_fn_as<T>(op));
+        o.setTag(tag());
+        o.setTimeout(timeout);
+        gloo::allreduce(o);
+      } else {
+        gloo::ReduceOptions o(ctx);
+        o.setOutput(static_cast<T*>(data), size_t(n));
+        o.setRoot(root);
+        o.setReduceFunction(reduce_fn_as<T>(op));
+        o.setTag(tag());
+        o.setTimeout(timeout);
+        gloo::reduce(o);
+      }
+    });
+  }
+
+  void reduce_coalesced(std::vector<Staged>& ts, ReduceOp op, int root) {
+    const bool result_here = root < 0 || root == rank;
+    for (WireGroup& g : pack_by_dtype(ts)) {
+      reduce_buffer(g.wire, g.data, g.numel, op, root);
+      if (!result_here) continue;  // non-root buffers are unspecified after reduce
+      if (op == ReduceOp::avg) divide(g.wire, g.data, g.numel, size);
+      unpack(g, ts);
+    }
+    if (result_here)
+      for (const Staged& s : ts) unstage(s);
+  }
+
+  void broadcast_bytes(void* data, size_t nbytes, int root) {
+    if (nbytes == 0 || !ctx) return;
+    gloo::BroadcastOptions o(ctx);
+    o.setOutput(static_cast<uint8_t*>(data), nbytes);
+    o.setRoot(root);
+    o.setTag(tag());
+    o.setTimeout(timeout);
+    gloo::broadcast(o);
+  }
+};
+
+ProcessGroupGloo::ProcessGroupGloo(int rank, int size, std::unique_ptr<Impl> impl)
+    : ProcessGroup(rank, size), impl_(std::move(impl)) {
+  impl_->queue = std::make_unique<WorkQueue>("gloo", rank);
+  impl_->queue->start();
+}
+
+std::shared_ptr<ProcessGroupGloo> ProcessGroupGloo::create(std::shared_ptr<Store> store, int rank,
+                                                           int size, GlooOptions options) {
+  DDP_CHECK(store != nullptr, "ProcessGroupGloo::create: no store");
+  DDP_CHECK(size >= 1 && rank >= 0 && rank < size,
+            "ProcessGroupGloo::create: invalid rank {} for world size {}", rank, size);
+  auto impl = std::make_unique<Impl>();
+  impl->rank = rank;
+  impl->size = size;
+  impl->timeout = options.timeout.count() > 0 ? options.timeout : store->timeout();
+  impl->grace = std::min(options.roll_call_grace, impl->timeout);
+  impl->store_host_rank = options.store_host_rank;
+  std::string name = options.group_name;
+  if (name.empty())  // the n-th gloo group of this rank (the counter lives in the store)
+    name = fmt::format("gloo/{}", store->add(fmt::format("gloo/groups_of_rank_{}", rank), 1));
+  impl->store = std::make_shared<PrefixStore>(name, store);
+
+  if (size > 1) {  // Note [Gloo world of one]
+    gloo::transport::tcp::attr attr;  // Note [Gloo address]
+    std::string iface = options.iface.empty() ? env_string("GLOO_SOCKET_IFNAME", "") : options.iface;
+    if (!iface.empty()) {
+      attr.iface = iface;
+    } else if (!options.hostname.empty()) {
+      attr.hostname = options.hostname;
+    } else {
+      std::string local = options.master_addr.empty()
+                              ? std::string()
+                              : net::local_address_towards(options.master_addr);
+      attr.hostname = local.empty() ? "127.0.0.1" : local;
+    }
+    std::shared_ptr<gloo::transport::Device> device;
+    try {
+      device = gloo::transport::tcp::CreateDevice(attr);
+    } catch (const std::exception& e) {
+      DDP_THROW(GlooError, "ProcessGroupGloo::create (rank {}): cannot listen on {}: {}", rank,
+                bind_description(attr), e.what());
+    }
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    ctx->setTimeout(impl->timeout);
+    GlooStore gstore(impl->store);
+    try {
+      ctx->connectFullMesh(gstore, device);
+    } catch (const Error&) {
+      throw;  // our store's TimeoutError names the ranks that never came
+    } catch (const std::exception& e) {
+      DDP_THROW(GlooError, "ProcessGroupGloo::create (rank {} of {}): connecting to the peers: {}",
+                rank, size, e.what());
+    }
+    impl->ctx = std::move(ctx);
+  }
+  return std::shared_ptr<ProcessGroupGloo>(new ProcessGroupGloo(rank, size, std::move(impl)));
+}
+
+ProcessGroupGloo::~ProcessGroupGloo() {
+  impl_->queue->stop();
+  impl_->ctx.reset();
+}
+
+BackendCaps ProcessGroupGloo::caps() const {
+  BackendCaps c;
+  c.cpu_tensors = true;
+  c.cuda_tensors = false;
+  c.stage_cuda_through_host = true;  // See Note [Host staging]
+  c.avg = false;                     // sum, then divide
+  return c;
+}
+
+WorkPtr ProcessGroupGloo::do_allreduce(Tensors& tensors, ReduceOp op) {
+  auto staged = stage_all(tensors, true);
+  Impl* p = impl_.get();
+  return p->submit("allreduce", tensors, [p, staged, op]() mutable {
+    p->reduce_coalesced(staged, op, -1);
+  });
+}
+
+WorkPtr ProcessGroupGloo::do_reduce(Tensors& tensors, int root, ReduceOp op) {
+  auto staged = stage_all(tensors, true);
+  Impl* p = impl_.get();
+  return p->submit("reduce", tensors, [p, staged, op, root]() mutable {
+    p->reduce_coalesced(staged, op, root);
+  });
+}
+
+WorkPtr ProcessGroupGloo::do_broadcast(Tensors& tensors, int root) {
+  auto staged = stage_all(tensors, rank() == root);
+  Impl* p = impl_.get();
+  return p->submit("broadcast", tensors, [p, staged, root] {
+    for (const Staged& s : staged) p->broadcast_bytes(s.host.data_ptr(), s.host.nbytes(), root);
+    if (p->rank != root)
+      for (const Staged& s : staged) unstage(s);
+  });
+}
+
+WorkPtr ProcessGroupGloo::do_allgather(Tensors& outputs, const Tensor& input) {
+  Staged in = stage(input, true);
+  auto outs = stage_all(outputs, false);
+  Impl* p = impl_.get();
+  return p->submit("allgather", outputs, [p, in, outs] {
+    const size_t n = in.host.nbytes();
+    if (n == 0) return;
+    if (!p->ctx) {
+      std::memcpy(bytes(outs[0].host), bytes(in.host), n);
+    } else {
+      // Straight into the outputs when they are one buffer (a chunked view).
+      bool direct = consecutive(outs);
+      std::unique_ptr<std::byte[]> owned;
+      std::byte* recv = direct ? bytes(outs[0].host) : nullptr;
+      if (!direct) {
+        owned = std::make_unique_for_overwrite<std::byte[]>(n * outs.size());
+        recv = owned.get();
+      }
+      gloo::AllgatherOptions o(p->ctx);
+      // No input when it already sits in its slot: Gloo then works in place.
+      if (bytes(in.host) != recv + size_t(p->rank) * n)
+        o.setInput(reinterpret_cast<uint8_t*>(bytes(in.host)), n);
+      o.setOutput(reinterpret_cast<uint8_t*>(recv), n * outs.size());
+      o.setTag(p->tag());
+      o.setTimeout(p->timeout);
+      gloo::allgather(o);
+      if (!direct)
+        for (size_t r = 0; r < outs.size(); ++r)
+          std::memcpy(bytes(outs[r].host), recv + r * n, n);
+    }
+    for (const Staged& s : outs) unstage(s);
+  });
+}
+
+// Gloo has no general reduce-scatter: allreduce every rank's inputs, packed
+// as one wire buffer, and keep our chunk. It moves size() times the data of
+// a true reduce-scatter, which is acceptable for a CPU test backend.
+WorkPtr ProcessGroupGloo::do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) {
+  Staged out = stage(output, false);
+  auto ins = stage_all(inputs, true);
+  Impl* p = impl_.get();
+  return p->submit("reduce_scatter", {output}, [p, out, ins, op] {
+    const int64_t n = out.host.numel();
+    if (n == 0) return;
+    const DType d = out.host.dtype(), wire = wire_dtype(d);
+    const size_t esize = element_size(wire);
+    auto buf = std::make_unique_for_overwrite<std::byte[]>(size_t(n) * esize * ins.size());
+    for (size_t r = 0; r < ins.size(); ++r)
+      to_wire(d, ins[r].host.data_ptr(), buf.get() + r * size_t(n) * esize, n);
+    p->reduce_buffer(wire, buf.get(), n * int64_t(ins.size()), op, -1);
+    std::byte* mine = buf.get() + size_t(p->rank) * size_t(n) * esize;
+    if (op == ReduceOp::avg) divide(wire, mine, n, p->size);
+    from_wire(d, mine, out.host.data_ptr(), n);
+    unstage(out);
+  });
+}
+
+WorkPtr ProcessGroupGloo::do_all_to_all(const Tensor& output, const Tensor& input) {
+  Staged in = stage(input, true);
+  const bool in_place = output.data_ptr() == input.data_ptr();
+  Staged out = in_place ? in : stage(output, false);
+  Impl* p = impl_.get();
+  return p->submit("all_to_all", {output}, [p, in, out, in_place] {
+    const size_t n = in.host.nbytes();
+    if (n == 0) return;
+    if (p->ctx) {
+      std::unique_ptr<std::byte[]> copy;  // Gloo needs distinct buffers
+      const std::byte* src = bytes(in.host);
+      if (in_place) {
+        copy = std::make_unique_for_overwrite<std::byte[]>(n);
+        std::memcpy(copy.get(), src, n);
+        src = copy.get();
+      }
+      gloo::AlltoallOptions o(p->ctx);
+      o.setInput(const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(src)), n);
+      o.setOutput(reinterpret_cast<uint8_t*>(bytes(out.host)), n);
+      o.setTag(p->tag());
+      o.setTimeout(p->timeout);
+      gloo::alltoall(o);
+    } else if (!in_place) {
+      std::memcpy(bytes(out.host), bytes(in.host), n);
+    }
+    unstage(out);
+  });
+}
+
+WorkPtr ProcessGroupGloo::do_barrier() {
+  Impl* p = impl_.get();
+  return p->submit("barrier", {}, [p] {
+    if (!p->ctx) return;
+    gloo::BarrierOptions o(p->ctx);
+    o.setTag(p->tag());
+    o.setTimeout(p->timeout);
+    gloo::barrier(o);
+  });
+}
+
+// ---- point to point ----------------------------------------------------------
+//
+// Posted at once on the caller's thread (Gloo's transport runs them in its
+// own thread, so a ring of sends cannot deadlock the worker); the Work
+// completes when waited. (The base class refuses messages to one's own rank.)
+
+namespace {
+
+class GlooP2PWork : public Work {
+ public:
+  GlooP2PWork(std::string op, std::shared_ptr<gloo::Context> ctx,
+              std::unique_ptr<gloo::transport::UnboundBuffer> buf, Staged staged, bool is_recv,
+              int rank, int peer, std::chrono::milliseconds timeout)
+      : Work(std::move(op)), ctx_(std::move(ctx)), buf_(std::move(buf)), staged_(std::move(staged)),
+        is_recv_(is_recv), rank_(rank), peer_(peer), timeout_(timeout) {}
+
+  void wait(std::chrono::milliseconds timeout) override {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (!is_completed()) {
+        const auto limit = timeout.count() > 0 ? timeout : timeout_;
+        std::exception_ptr err;
+        try {
+          try {
+            if (is_recv_)
+              buf_->waitRecv(limit);
+            else
+              buf_->waitSend(limit);
+          } catch (const std::exception& e) {
+            DDP_THROW(DistNetworkError, "{} (gloo rank {}): {} rank {} failed: {}", op(), rank_,
+                      is_recv_ ? "receiving from" : "sending to", peer_, e.what());
+          }
+          if (is_recv_) unstage(staged_);
+        } catch (...) {
+          err = std::current_exception();
+        }
+        mark_completed(err);
+      }
+    }
+    Work::wait(std::chrono::milliseconds(0));  // rethrows the error, if any
+  }
+
+ private:
+  std::mutex mu_;
+  std::shared_ptr<gloo::Context> ctx_;  // keeps the transport alive for the buffer
+  std::unique_ptr<gloo::transport::UnboundBuffer> buf_;
+  Staged staged_;
+  bool is_recv_;
+  int rank_, peer_;
+  std::chrono::milliseconds timeout_;
+};
+
+}  // namespace
+
+static WorkPtr post_p2p(ProcessGroupGloo::Impl* p, const char* op, const Tensor& t, int peer,
+                        int tag, bool is_recv) {
+  if (auto e = p->first_failure()) std::rethrow_exception(e);
+  DDP_CHECK(tag >= 0, "{} (gloo rank {}): negative tag {}", op, p->rank, tag);
+  Staged s = stage(t, !is_recv);
+  // Gloo needs a non-null buffer even for an empty message.
+  static std::byte empty_message[1];
+  void* data = s.host.nbytes() ? s.host.data_ptr() : empty_message;
+  auto buf = p->ctx->createUnboundBuffer(data, s.host.nbytes());
+  const uint64_t slot = kP2PSlotPrefix | uint64_t(uint32_t(tag));
+  if (is_recv)
+    buf->recv(peer, slot);
+  else
+    buf->send(peer, slot);
+  auto w = std::make_shared<GlooP2PWork>(op, p->ctx, std::move(buf), s, is_recv, p->rank, peer,
+                                         p->timeout);
+  w->set_result({t});
+  return w;
+}
+
+WorkPtr ProcessGroupGloo::do_send(const Tensor& tensor, int dst, int tag) {
+  return post_p2p(impl_.get(), "send", tensor, dst, tag, false);
+}
+
+WorkPtr ProcessGroupGloo::do_recv(const Tensor& tensor, int src, int tag) {
+  return post_p2p(impl_.get(), "recv", tensor, src, tag, true);
+}
+
+}  // namespace ddp::dist

@@ -1,0 +1,45 @@
+#pragma once
+// Finding which ranks were lost after a collective failed.
+//
+// Note [Naming the lost rank]
+// When a peer process dies (SIGKILL, a crashed node), the survivors see only
+// a symptom: a connection closed by some address, or a receive that timed
+// out while waiting on a neighbour that is itself waiting on the dead rank.
+// Neither names the rank that is gone, and in a ring the neighbour's error
+// would blame the wrong one. So on its first failure a backend closes its
+// own connections (its neighbours then fail at once instead of at their
+// timeout) and takes a roll call through the store: every survivor writes
+// its own key and waits a short grace period for the others'. The ranks that
+// never answer are the lost ones, and every survivor names the same ones.
+// When the store itself is unreachable, the process that hosted it (rank 0
+// under torchrun/ddprun) is gone: that is the lost rank, or one of them.
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "ddp/dist/store.h"
+
+namespace ddp::dist::detail {
+
+struct RollCall {
+  std::vector<int> answered;  // includes this rank
+  std::vector<int> missing;
+  bool store_reachable = true;
+  std::string store_error;  // why the store failed, when it did
+};
+
+// Writes this rank's key under prefix and waits up to grace for every
+// other rank's. Never throws: store failures are reported in the result.
+RollCall roll_call(Store& store, const std::string& prefix, int rank, int size,
+                   std::chrono::milliseconds grace);
+
+// "lost rank 2" / "lost ranks 1, 3" / "lost the store (hosted by rank 0, so
+// rank 0 is lost)": the sentence a backend puts in its error. Empty when every
+// rank answered.
+std::string describe_lost(const RollCall& rc, int store_host_rank);
+
+// "1, 3"
+std::string join_ranks(const std::vector<int>& ranks);
+
+}  // namespace ddp::dist::detail

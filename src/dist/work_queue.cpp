@@ -1,0 +1,88 @@
+// See Note [One worker per group] in work_queue.h.
+
+#include "work_queue.h"
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "ddp/core/error.h"
+
+namespace ddp::dist::detail {
+
+void WorkQueue::start(Poller poller) {
+  poller_ = std::move(poller);
+  worker_ = std::thread([this] { loop(); });
+}
+
+WorkPtr WorkQueue::submit(const std::string& op, Tensors result, std::function<bool()> run) {
+  return submit_with_work(op, std::move(result),
+                          [run = std::move(run)](const WorkPtr&) { return run(); });
+}
+
+WorkPtr WorkQueue::submit_with_work(const std::string& op, Tensors result,
+                                    std::function<bool(const WorkPtr&)> run) {
+  auto w = std::make_shared<Work>(op);
+  w->set_result(std::move(result));
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    DDP_CHECK(!stop_, "{} ({} rank {}): the process group is shutting down", op, backend_, rank_);
+    queue_.push_back(Task{w, std::move(run)});
+  }
+  cv_.notify_one();
+  return w;
+}
+
+void WorkQueue::stop() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  if (worker_.joinable()) worker_.join();
+}
+
+void WorkQueue::loop() {
+  auto pending = [this] { return poller_.has_pending && poller_.has_pending(); };
+  auto backoff = std::chrono::microseconds(0);
+  bool cancelled = false;
+  for (;;) {
+    std::optional<Task> task;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      auto ready = [&] { return stop_ || !queue_.empty(); };
+      if (!pending())
+        cv_.wait(lk, ready);
+      else if (backoff.count() > 0)
+        cv_.wait_for(lk, backoff, ready);
+      if (!queue_.empty()) {
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      } else if (stop_ && !pending()) {
+        return;
+      } else if (stop_ && !cancelled) {
+        // Nothing more will be queued: what waits for a peer that never
+        // comes would hang the shutdown.
+        if (poller_.cancel) poller_.cancel();
+        cancelled = true;
+      }
+    }
+    if (task) {
+      bool done = true;
+      std::exception_ptr err;
+      try {
+        done = task->run(task->work);
+      } catch (...) {
+        err = std::current_exception();
+      }
+      if (done || err) task->work->mark_completed(err);
+    }
+    if (!pending()) continue;
+    if (poller_.poll() || task)
+      backoff = std::chrono::microseconds(0);
+    else
+      backoff = std::min(std::chrono::microseconds(50), backoff * 2 + std::chrono::microseconds(1));
+  }
+}
+
+}  // namespace ddp::dist::detail
