@@ -43,6 +43,7 @@
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "ddp/dist/prefix_store.h"
+#include "ddp/dist/tcp_store.h"
 #include "host_staging.h"
 #include "net.h"
 #include "roll_call.h"
@@ -110,6 +111,14 @@ void with_wire_type(DType wire, F&& fn) {
 // The slot of point-to-point messages: a prefix no Gloo collective uses,
 // then the user's tag, so both sides agree without talking.
 constexpr uint64_t kP2PSlotPrefix = uint64_t(0x80) << 56;
+
+// The host the store's clients connect to (through any PrefixStores): the
+// default peer for Note [Gloo address] when no master_addr is given.
+std::string store_host(const std::shared_ptr<dist::Store>& s) {
+  if (auto* t = dynamic_cast<const TCPStore*>(s.get())) return t->host();
+  if (auto* p = dynamic_cast<const PrefixStore*>(s.get())) return store_host(p->underlying());
+  return "";
+}
 
 std::string bind_description(const gloo::transport::tcp::attr& a) {
   return a.iface.empty() ? "address " + a.hostname : "interface " + a.iface;
@@ -264,9 +273,9 @@ std::shared_ptr<ProcessGroupGloo> ProcessGroupGloo::create(std::shared_ptr<Store
     } else if (!options.hostname.empty()) {
       attr.hostname = options.hostname;
     } else {
-      std::string local = options.master_addr.empty()
-                              ? std::string()
-                              : net::local_address_towards(options.master_addr);
+      const std::string towards =
+          options.master_addr.empty() ? store_host(store) : options.master_addr;
+      const std::string local = towards.empty() ? "" : net::local_address_towards(towards);
       attr.hostname = local.empty() ? "127.0.0.1" : local;
     }
     std::shared_ptr<gloo::transport::Device> device;
