@@ -3,7 +3,8 @@
 find_path(OpenBLAS_INCLUDE_DIR NAMES cblas.h
   HINTS ${OpenBLAS_ROOT} ENV OpenBLAS_ROOT
   PATH_SUFFIXES include include/openblas include/x86_64-linux-gnu/openblas-pthread)
-find_library(OpenBLAS_LIBRARY NAMES openblas HINTS ${OpenBLAS_ROOT} ENV OpenBLAS_ROOT PATH_SUFFIXES lib lib64)
+find_library(OpenBLAS_LIBRARY NAMES openblas HINTS ${OpenBLAS_ROOT} ENV OpenBLAS_ROOT
+  PATH_SUFFIXES lib lib64 lib/x86_64-linux-gnu/openblas-pthread)
 if(OpenBLAS_INCLUDE_DIR AND EXISTS ${OpenBLAS_INCLUDE_DIR}/openblas_config.h)
   file(STRINGS ${OpenBLAS_INCLUDE_DIR}/openblas_config.h _v REGEX "OPENBLAS_VERSION")
   string(REGEX MATCH "[0-9]+\\.[0-9]+\\.[0-9]+" OpenBLAS_VERSION "${_v}")
