@@ -306,14 +306,7 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   impl_->ctx.reset();
 }
 
-BackendCaps ProcessGroupGloo::caps() const {
-  BackendCaps c;
-  c.cpu_tensors = true;
-  c.cuda_tensors = false;
-  c.stage_cuda_through_host = true;  // See Note [Host staging]
-  c.avg = false;                     // sum, then divide
-  return c;
-}
+BackendCaps ProcessGroupGloo::caps() const { return BackendCaps::host_backend(); }
 
 WorkPtr ProcessGroupGloo::do_allreduce(Tensors& tensors, ReduceOp op) {
   auto staged = stage_all(tensors, true);

@@ -306,14 +306,7 @@ ProcessGroupMPI::~ProcessGroupMPI() {
   --g.live_groups;
 }
 
-BackendCaps ProcessGroupMPI::caps() const {
-  BackendCaps c;
-  c.cpu_tensors = true;
-  c.cuda_tensors = false;
-  c.stage_cuda_through_host = true;  // See Note [Host staging]
-  c.avg = false;                     // sum, then divide
-  return c;
-}
+BackendCaps ProcessGroupMPI::caps() const { return BackendCaps::host_backend(); }
 
 // Per-rank byte counts of allgather, reduce_scatter, all_to_all and p2p are
 // MPI ints.

@@ -15,6 +15,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "shell_util.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -28,26 +30,8 @@ std::string ddprun_path() {
 #endif
 }
 
-struct Result {
-  int status = -1;  // the exit status of the shell command
-  std::string output;
-  double seconds = 0;
-};
-
-// Runs a shell command line, stdout and stderr together.
-Result sh(const std::string& cmd) {
-  Result r;
-  auto t0 = Clock::now();
-  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) r.output.append(buf.data(), n);
-  int st = ::pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  return r;
-}
+using Result = ddp::dist::test::ShellResult;
+using ddp::dist::test::sh;
 
 class DdprunTest : public ::testing::Test {
  protected:

@@ -7,48 +7,19 @@
 // from the compile definition PG_FAILURE_MAIN_PATH.
 
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <regex>
 #include <string>
 
 #include "ddp/config.h"
+#include "shell_util.h"
+#include "store_test_util.h"
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string output;
-};
-
-Result sh(const std::string& cmd) {
-  Result r;
-  FILE* f = ::popen((cmd + " 2>&1").c_str(), "r");
-  if (!f) return r;
-  std::array<char, 4096> buf{};
-  size_t n;
-  while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) r.output.append(buf.data(), n);
-  int st = ::pclose(f);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
-
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using ddp::dist::test::free_port;
+using ddp::dist::test::sh;
+using Result = ddp::dist::test::ShellResult;
 
 constexpr int kTimeoutS = 10;  // the job's store and collective timeout
 

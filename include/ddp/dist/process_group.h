@@ -31,6 +31,17 @@ struct BackendCaps {
   bool cuda_tensors = false;  // natively (NCCL); host-staged backends say false but stage
   bool stage_cuda_through_host = true;  // see ARCHITECTURE.md "Backends without a GPU"
   bool avg = true;           // ReduceOp::avg natively (else sum then divide)
+
+  // A CPU backend (mpi, gloo): CUDA tensors staged through host memory (See
+  // Note [Host staging]), avg as sum then divide.
+  static BackendCaps host_backend() {
+    BackendCaps c;
+    c.cpu_tensors = true;
+    c.cuda_tensors = false;
+    c.stage_cuda_through_host = true;
+    c.avg = false;
+    return c;
+  }
 };
 
 class ProcessGroup {
