@@ -1,0 +1,30 @@
+#pragma once
+// Scaled dot-product attention, the core of a Transformer block:
+//
+//   out = softmax(q kᵀ · scale + mask) v
+//
+// for q of shape [B, H, T, D] and k, v of shape [B, H, S, D] (S = T for
+// self-attention), scale = 1/sqrt(D) unless given. With is_causal, position
+// t attends to positions ≤ t only (GPT's mask; needs S == T).
+//
+// Note [Attention reference path]
+// This is the straightforward path: the scores are materialised as a
+// [B·H, T, S] tensor and every step is an ordinary differentiable op (bmm,
+// masked_fill, softmax, bmm), so autograd derives the backward and gradcheck
+// covers it in f64. It is what the CPU runs and what a fused GPU kernel (one
+// that never writes the T×S scores to memory) must agree with.
+
+#include <optional>
+
+#include "ddp/tensor/tensor.h"
+
+namespace ddp::nn::functional {
+
+// Raises ShapeError when the ranks, batch/head counts, head sizes or (causal)
+// lengths disagree, DTypeError for non-floating inputs, DeviceError for
+// inputs on different devices.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
+}  // namespace ddp::nn::functional

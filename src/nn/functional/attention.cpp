@@ -1,0 +1,60 @@
+// See Note [Attention reference path] in include/ddp/nn/functional/attention.h.
+
+#include "ddp/nn/functional/attention.h"
+
+#include <cmath>
+#include <limits>
+
+#include "ddp/core/error.h"
+#include "ddp/tensor/ops.h"
+
+namespace ddp::nn::functional {
+
+namespace {
+
+void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal) {
+  const char* op = "scaled_dot_product_attention";
+  for (const Tensor* t : {&q, &k, &v}) {
+    DDP_CHECK(t->defined(), "{}: undefined input", op);
+    DDP_CHECK_T(ShapeError, t->dim() == 4, "{}: inputs must be [B, H, T, D], got {}", op,
+                t->describe());
+    DDP_CHECK_T(DTypeError, is_floating(t->dtype()) && t->dtype() == q.dtype(),
+                "{}: inputs must share one floating dtype, got {} and {}", op, q.describe(),
+                t->describe());
+    DDP_CHECK_T(DeviceError, t->device() == q.device(), "{}: inputs on different devices: {} and {}",
+                op, q.describe(), t->describe());
+  }
+  DDP_CHECK_T(ShapeError,
+              k.shape() == v.shape() && q.size(0) == k.size(0) && q.size(1) == k.size(1) &&
+                  q.size(3) == k.size(3),
+              "{}: q {}, k {}, v {} must agree in batch, heads and head size (and k with v)", op,
+              q.describe(), k.describe(), v.describe());
+  DDP_CHECK_T(ShapeError, !is_causal || q.size(2) == k.size(2),
+              "{}: a causal mask needs as many keys as queries: q {}, k {}", op, q.describe(),
+              k.describe());
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool is_causal, std::optional<double> scale) {
+  check_inputs(q, k, v, is_causal);
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2);
+  const double s = scale ? *scale : 1.0 / std::sqrt(double(D));
+  Tensor q3 = q.reshape({B * H, T, D});
+  Tensor k3 = k.reshape({B * H, S, D});
+  Tensor v3 = v.reshape({B * H, S, D});
+  Tensor scores = mul(bmm(q3, k3.transpose(1, 2)), s);  // [B·H, T, S]
+  if (is_causal) {
+    // Key j is hidden from query i when j > i; the [T, S] mask broadcasts
+    // over B·H.
+    TensorOptions idx = TensorOptions(DType::i64).device(q.device());
+    Tensor rows = arange(T, idx).reshape({T, 1});
+    Tensor cols = arange(S, idx).reshape({1, S});
+    scores = masked_fill(scores, gt(cols, rows), -std::numeric_limits<double>::infinity());
+  }
+  Tensor probs = softmax(scores, -1);
+  return bmm(probs, v3).reshape({B, H, T, D});
+}
+
+}  // namespace ddp::nn::functional
