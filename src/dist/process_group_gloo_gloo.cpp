@@ -156,7 +156,7 @@ struct ProcessGroupGloo::Impl {
         DDP_LOG_DEBUG("gloo rank {}: closing connections after a failure: {}", rank, e.what());
       }
     }
-    RollCall rc = roll_call(*store, "failure/roll_call", rank, size, grace);
+    RollCall rc = roll_call(*store, "failure/roll_call", rank, size, grace, rank == store_host_rank);
     std::string lost = describe_lost(rc, store_host_rank);
     std::exception_ptr err;
     try {

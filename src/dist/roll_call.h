@@ -11,8 +11,9 @@
 // timeout) and takes a roll call through the store: every survivor writes
 // its own key and waits a short grace period for the others'. The ranks that
 // never answer are the lost ones, and every survivor names the same ones.
-// When the store itself is unreachable, the process that hosted it (rank 0
-// under torchrun/ddprun) is gone: that is the lost rank, or one of them.
+// When the store itself is unreachable before its host answered, the process
+// that hosted it (rank 0 under torchrun/ddprun) is gone: that is the lost
+// rank, or one of them. The host stays until the others have their answer.
 
 #include <chrono>
 #include <string>
@@ -30,9 +31,13 @@ struct RollCall {
 };
 
 // Writes this rank's key under prefix and waits up to grace for every
-// other rank's. Never throws: store failures are reported in the result.
+// other rank's. The rank whose process hosts the store then waits (up to
+// grace again) until every rank that answered has finished its own roll
+// call, so that none of them finds the store gone and blames the host.
+// Never throws: store failures are reported in the result, with what was
+// seen before.
 RollCall roll_call(Store& store, const std::string& prefix, int rank, int size,
-                   std::chrono::milliseconds grace);
+                   std::chrono::milliseconds grace, bool hosts_store);
 
 // "lost rank 2" / "lost ranks 1, 3" / "lost the store (hosted by rank 0, so
 // rank 0 is lost)": the sentence a backend puts in its error. Empty when every

@@ -7,6 +7,7 @@
 
 #include "ddp/core/error.h"
 #include "ddp/tensor/ops.h"
+#include "nn/functional/attention_fused.h"
 
 namespace ddp::nn::functional {
 
@@ -38,6 +39,15 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool is_cau
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal, std::optional<double> scale) {
+  check_inputs(q, k, v, is_causal);
+  if (detail::fused_attention_supports(q, k) && q.size(2) > 0 && k.size(2) > 0)
+    return detail::fused_attention(q, k, v, is_causal,
+                                   scale ? *scale : 1.0 / std::sqrt(double(q.size(3))));
+  return scaled_dot_product_attention_reference(q, k, v, is_causal, scale);
+}
+
+Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              bool is_causal, std::optional<double> scale) {
   check_inputs(q, k, v, is_causal);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2);
   const double s = scale ? *scale : 1.0 / std::sqrt(double(D));

@@ -11,8 +11,10 @@
 // This is the straightforward path: the scores are materialised as a
 // [B·H, T, S] tensor and every step is an ordinary differentiable op (bmm,
 // masked_fill, softmax, bmm), so autograd derives the backward and gradcheck
-// covers it in f64. It is what the CPU runs and what a fused GPU kernel (one
-// that never writes the T×S scores to memory) must agree with.
+// covers it in f64. It is what the CPU runs and what the fused GPU kernel
+// (Note [Flash attention kernels], which never writes the T×S scores to
+// memory) must agree with. CUDA inputs of f32/f16/bf16 with a head size of
+// 16, 32, 64 or 128 take the fused kernel; anything else takes this path.
 
 #include <optional>
 
@@ -26,5 +28,10 @@ namespace ddp::nn::functional {
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
+
+// Always the reference path (for tests and for comparing with the fused one).
+Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              bool is_causal = false,
+                                              std::optional<double> scale = std::nullopt);
 
 }  // namespace ddp::nn::functional
