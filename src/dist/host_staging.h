@@ -3,7 +3,7 @@
 // through host memory, and the f32 "wire" format for half precision.
 //
 // Note [Host staging]
-// A CUDA tensor is copied to a host tensor when the collective is submitted
+// A CUDA tensor is copied to a pinned host tensor when the collective is submitted
 // (on the caller's thread, after the kernels that produced it), the backend's
 // worker runs on the host copy, and copies the result back into the CUDA
 // tensor before completing the Work (Note [Work completion]). CPU tensors are
