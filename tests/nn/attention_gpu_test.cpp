@@ -9,20 +9,13 @@
 #include "ddp/nn/functional/attention.h"
 #include "ddp/tensor/cuda.h"
 #include "ddp/tensor/ops.h"
+#include "nn/scaled_error.h"
 
 using namespace ddp;
+using ddp::test::scaled_error;
 namespace F = ddp::nn::functional;
 
 namespace {
-
-double scaled_error(const Tensor& a, const Tensor& e) {
-  auto av = a.to(DType::f64).cpu().to_vector<double>();
-  auto ev = e.to(DType::f64).cpu().to_vector<double>();
-  double scale = 1.0, err = 0.0;
-  for (double x : ev) scale = std::max(scale, std::abs(x));
-  for (size_t i = 0; i < av.size(); ++i) err = std::max(err, std::abs(av[i] - ev[i]));
-  return err / scale;
-}
 
 struct Case {
   int64_t B, H, T, S, D;

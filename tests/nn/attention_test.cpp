@@ -11,8 +11,10 @@
 #include "ddp/io/safetensors.h"
 #include "ddp/nn/functional/attention.h"
 #include "ddp/tensor/ops.h"
+#include "nn/scaled_error.h"
 
 using namespace ddp;
+using ddp::test::scaled_error;
 namespace F = ddp::nn::functional;
 
 namespace {
@@ -23,29 +25,17 @@ const nn::TensorDict& golden() {
   return d;
 }
 
-// max |a - e| / max(1, max |e|): relative to the tensor's scale, so small
-// elements of a large output are not held to a relative bound they cannot
-// meet in f32.
-double error_vs_scale(const Tensor& a, const Tensor& e) {
-  auto av = a.to_vector<double>(), ev = e.to_vector<double>();
-  EXPECT_EQ(av.size(), ev.size());
-  double scale = 1.0, err = 0.0;
-  for (double x : ev) scale = std::max(scale, std::abs(x));
-  for (size_t i = 0; i < av.size() && i < ev.size(); ++i) err = std::max(err, std::abs(av[i] - ev[i]));
-  return err / scale;
-}
-
 void check_against_torch(const std::string& prefix, bool causal, double tol) {
   const auto& g = golden();
   Tensor q = g.at(prefix + "q").clone().set_requires_grad();
   Tensor k = g.at(prefix + "k").clone().set_requires_grad();
   Tensor v = g.at(prefix + "v").clone().set_requires_grad();
   Tensor y = F::scaled_dot_product_attention(q, k, v, causal);
-  EXPECT_LE(error_vs_scale(y, g.at(prefix + "out")), tol) << prefix << "out";
+  EXPECT_LE(scaled_error(y, g.at(prefix + "out")), tol) << prefix << "out";
   y.backward(g.at(prefix + "dout"));
-  EXPECT_LE(error_vs_scale(q.grad(), g.at(prefix + "dq")), tol) << prefix << "dq";
-  EXPECT_LE(error_vs_scale(k.grad(), g.at(prefix + "dk")), tol) << prefix << "dk";
-  EXPECT_LE(error_vs_scale(v.grad(), g.at(prefix + "dv")), tol) << prefix << "dv";
+  EXPECT_LE(scaled_error(q.grad(), g.at(prefix + "dq")), tol) << prefix << "dq";
+  EXPECT_LE(scaled_error(k.grad(), g.at(prefix + "dk")), tol) << prefix << "dk";
+  EXPECT_LE(scaled_error(v.grad(), g.at(prefix + "dv")), tol) << prefix << "dv";
 }
 
 TEST(Attention, CausalMatchesTorch) {

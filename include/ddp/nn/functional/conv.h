@@ -1,0 +1,62 @@
+#pragma once
+// 2-D convolution, like torch.nn.functional.conv2d:
+//
+//   y[n, o, i, j] = b[o] + Σ_{c in o's group, p, q}
+//                   w[o, c, p, q] · x[n, g·C/G + c, i·s_h + p·d_h − pad_h, j·s_w + q·d_w − pad_w]
+//
+// x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or undefined, zero padding.
+// Forward and backward (input, weight, bias) are in src/nn/functional/conv.cpp;
+// the kernels are oneDNN on the CPU (conv_onednn.cpp) and cuDNN on CUDA
+// (conv_cuda.cpp). See Note [Conv2d backends] there.
+//
+// Note [Channels-last tensors]
+// Memory format is not a property of ddp::Tensor; it is read off the strides,
+// as torch does: a 4-D tensor whose strides are those of a contiguous
+// [N, H, W, C] tensor permuted to [N, C, H, W] is "channels last" (NHWC).
+// conv2d, batch_norm and max_pool2d accept both layouts and give their output
+// (and the input's gradient) the input's layout, so a model fed NHWC tensors
+// stays NHWC, which is what lets cuDNN use tensor cores for f16/bf16.
+// to_channels_last() converts; a tensor that is both (C == 1, or H = W = 1)
+// is treated as NCHW.
+
+#include <cstdint>
+
+#include "ddp/nn/functional/int2.h"
+#include "ddp/tensor/tensor.h"
+
+namespace ddp::nn::functional {
+
+struct Conv2dParams {
+  Int2 stride = 1;
+  Int2 padding = 0;
+  Int2 dilation = 1;
+  int64_t groups = 1;
+};
+
+// Raises ShapeError (ranks, channels vs groups, an empty output), DTypeError
+// (non-floating or mixed dtypes), DeviceError (mixed devices), ValueError
+// (non-positive stride/dilation/groups, negative padding). `who` prefixes
+// messages (a module's describe()); empty: "conv2d".
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+              const Conv2dParams& params = {}, const std::string& who = "");
+
+// The output's spatial size: (in + 2·pad − dil·(k − 1) − 1) / stride + 1.
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
+                         int64_t dilation);
+
+// How often conv2d found its oneDNN primitive (CPU) or cuDNN algorithm
+// (CUDA) already made for a (geometry, pass): for tests and tuning. The
+// counts are process-wide; entries is the cache's current size.
+struct ConvCacheStats {
+  int64_t entries = 0, hits = 0, misses = 0;
+};
+ConvCacheStats conv2d_cache_stats(DeviceType device);
+
+// See Note [Channels-last tensors].
+bool is_channels_last(const Tensor& t);
+// A copy with NHWC strides (differentiable); t itself when already so.
+Tensor to_channels_last(const Tensor& t);
+// An uninitialised [N, C, H, W] tensor, NHWC-strided when channels_last.
+Tensor empty_nchw(const Shape& shape, DType dtype, Device device, bool channels_last);
+
+}  // namespace ddp::nn::functional

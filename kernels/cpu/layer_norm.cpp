@@ -1,0 +1,119 @@
+// LayerNorm on the CPU: forward and backward fused per row.
+//
+// Note [LayerNorm formulas]
+// Per row of n = cols values, in the compute type C (f32 for f16/bf16/f32,
+// f64 for f64):
+//   mean = Σx / n,  var = Σ(x - mean)² / n  (biased, two passes, as torch),
+//   rstd = 1 / sqrt(var + eps),  x̂ = (x - mean)·rstd,  y = x̂·w + b.
+// Backward with g = dy·w (g = dy without weight):
+//   dx = rstd · (g - mean(g) - x̂ · mean(g·x̂)),
+//   dw = Σ_rows dy·x̂,  db = Σ_rows dy.
+// The CUDA kernels (kernels/cuda/layer_norm.cu) use the same formulas.
+
+#include <cmath>
+#include <vector>
+
+#include "cpu/convert.h"
+#include "cpu/nn_kernels.h"
+#include "cpu/strided.h"
+#include "ddp/core/dispatch.h"
+
+namespace ddp::cpu {
+
+namespace {
+
+template <class T>
+void forward_kernel(const Tensor& xt, const Tensor& wt, const Tensor& bt, double eps,
+                    const Tensor& yt, const Tensor& mt, const Tensor& rt) {
+  using C = compute_t<T>;
+  const int64_t rows = xt.shape()[0], cols = xt.shape()[1];
+  const T* x = ptr<const T>(xt);
+  const T* w = wt.defined() ? ptr<const T>(wt) : nullptr;
+  const T* b = bt.defined() ? ptr<const T>(bt) : nullptr;
+  T* y = ptr<T>(yt);
+  C* mean_out = ptr<C>(mt);
+  C* rstd_out = ptr<C>(rt);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* xr = x + r * cols;
+    T* yr = y + r * cols;
+    C s = 0;
+    for (int64_t j = 0; j < cols; ++j) s += load(xr[j]);
+    const C mean = s / C(cols);
+    C ss = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const C d = load(xr[j]) - mean;
+      ss += d * d;
+    }
+    const C rstd = C(1) / std::sqrt(ss / C(cols) + C(eps));
+    for (int64_t j = 0; j < cols; ++j) {
+      C v = (load(xr[j]) - mean) * rstd;
+      if (w) v = v * load(w[j]);
+      if (b) v = v + load(b[j]);
+      yr[j] = store<T>(v);
+    }
+    mean_out[r] = mean;
+    rstd_out[r] = rstd;
+  }
+}
+
+template <class T>
+void backward_kernel(const Tensor& dyt, const Tensor& xt, const Tensor& wt, const Tensor& mt,
+                     const Tensor& rt, const Tensor& dxt, const Tensor& dwt, const Tensor& dbt) {
+  using C = compute_t<T>;
+  const int64_t rows = xt.shape()[0], cols = xt.shape()[1];
+  const T* dy = ptr<const T>(dyt);
+  const T* x = ptr<const T>(xt);
+  const T* w = wt.defined() ? ptr<const T>(wt) : nullptr;
+  const C* mean = ptr<const C>(mt);
+  const C* rstd = ptr<const C>(rt);
+  T* dx = dxt.defined() ? ptr<T>(dxt) : nullptr;
+  // dw and db accumulate across rows in C, written once at the end.
+  std::vector<C> dw(dwt.defined() ? size_t(cols) : 0, C(0));
+  std::vector<C> db(dbt.defined() ? size_t(cols) : 0, C(0));
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* dyr = dy + r * cols;
+    const T* xr = x + r * cols;
+    const C m = mean[r], rs = rstd[r];
+    C sum_g = 0, sum_gx = 0;
+    for (int64_t j = 0; j < cols; ++j) {
+      const C xhat = (load(xr[j]) - m) * rs;
+      const C d = load(dyr[j]);
+      const C g = w ? d * load(w[j]) : d;
+      sum_g += g;
+      sum_gx += g * xhat;
+      if (!dw.empty()) dw[size_t(j)] += d * xhat;
+      if (!db.empty()) db[size_t(j)] += d;
+    }
+    if (!dx) continue;
+    const C mean_g = sum_g / C(cols), mean_gx = sum_gx / C(cols);
+    T* dxr = dx + r * cols;
+    for (int64_t j = 0; j < cols; ++j) {
+      const C xhat = (load(xr[j]) - m) * rs;
+      const C d = load(dyr[j]);
+      const C g = w ? d * load(w[j]) : d;
+      dxr[j] = store<T>(rs * (g - mean_g - xhat * mean_gx));
+    }
+  }
+  if (!dw.empty())
+    for (int64_t j = 0; j < cols; ++j) ptr<T>(dwt)[j] = store<T>(dw[size_t(j)]);
+  if (!db.empty())
+    for (int64_t j = 0; j < cols; ++j) ptr<T>(dbt)[j] = store<T>(db[size_t(j)]);
+}
+
+}  // namespace
+
+void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                        const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+  dispatch_floating(x.dtype(), "layer_norm",
+                    [&]<class T>() { forward_kernel<T>(x, weight, bias, eps, y, mean, rstd); });
+}
+
+void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+                         const Tensor& mean, const Tensor& rstd, const Tensor& dx,
+                         const Tensor& dweight, const Tensor& dbias) {
+  dispatch_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
+    backward_kernel<T>(dy, x, weight, mean, rstd, dx, dweight, dbias);
+  });
+}
+
+}  // namespace ddp::cpu

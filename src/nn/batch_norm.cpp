@@ -1,0 +1,53 @@
+#include "ddp/nn/batch_norm.h"
+
+#include <fmt/format.h>
+
+#include "ddp/autograd/grad_mode.h"
+#include "ddp/nn/functional/batch_norm.h"
+
+namespace ddp::nn {
+
+BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, std::optional<double> momentum,
+                         bool affine, bool track_running_stats)
+    : UnaryModule("BatchNorm2d"),
+      num_features_(num_features),
+      eps_(eps),
+      momentum_(momentum),
+      affine_(affine),
+      track_running_stats_(track_running_stats) {
+  DDP_CHECK(num_features > 0, "BatchNorm2d: num_features must be positive, got {}", num_features);
+  if (affine) {
+    weight = register_parameter("weight", Tensor::ones({num_features}));
+    bias = register_parameter("bias", Tensor::zeros({num_features}));
+  }
+  if (track_running_stats) {
+    running_mean = register_buffer("running_mean", Tensor::zeros({num_features}));
+    running_var = register_buffer("running_var", Tensor::ones({num_features}));
+    num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, kInt64));
+  }
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  DDP_CHECK_T(ShapeError, x.defined() && x.dim() == 4 && x.size(1) == num_features_,
+              "{}: expected an input [N, {}, H, W], got {}", describe(), num_features_,
+              x.defined() ? x.describe() : "an undefined tensor");
+  double factor = 0.0;  // torch's exponential_average_factor
+  if (is_training() && track_running_stats_) {
+    {
+      autograd::NoGradGuard no_grad;
+      num_batches_tracked.add_(Tensor::ones({}, TensorOptions(kInt64).device(x.device())));
+    }
+    factor = momentum_ ? *momentum_ : 1.0 / double(num_batches_tracked.item<int64_t>());
+  }
+  const bool batch_stats = is_training() || !track_running_stats_;
+  return functional::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, factor,
+                                eps_, describe());
+}
+
+std::string BatchNorm2d::extra_repr() const {
+  return fmt::format("{}, eps={}, momentum={}, affine={}, track_running_stats={}", num_features_,
+                     eps_, momentum_ ? fmt::format("{}", *momentum_) : "None", affine_,
+                     track_running_stats_);
+}
+
+}  // namespace ddp::nn

@@ -1,0 +1,193 @@
+// conv2d: argument checks, layout, dispatch to a backend, and the backward,
+// side by side. The kernels are in conv_onednn.cpp (CPU f32),
+// conv_reference.cpp (CPU f64) and conv_cuda.cpp (cuDNN).
+//
+// Note [Conv2d backends]
+// - CPU f32: oneDNN convolution forward / backward-data / backward-weights
+//   primitives, created once per geometry and cached.
+// - CPU f64: oneDNN has no f64 convolution. A plain-loop reference
+//   implementation (conv_reference.cpp) serves f64 only, so that gradcheck
+//   can run on conv2d: it checks the frontend's backward wiring (which
+//   gradient goes where, groups, bias, layouts) with the same three entry
+//   points the oneDNN path uses, while the oneDNN kernels themselves are
+//   checked against PyTorch's golden values in f32 and against this
+//   reference (tests/nn/conv_test.cpp).
+// - CPU f16/bf16: computed in f32 (the inputs are converted, the result
+//   converted back); CPU half precision is for tests, not speed.
+// - CUDA: cuDNN for every floating dtype; see Note [cuDNN convolution] in
+//   conv_cuda.cpp.
+// x, y, dy and dx share one layout, NCHW or NHWC (Note [Channels-last
+// tensors]); weights are contiguous [O, C/G, KH, KW] on the CPU.
+
+#include "ddp/nn/functional/conv.h"
+
+#include <fmt/format.h>
+
+#include "ddp/autograd/node.h"
+#include "ddp/config.h"
+#include "ddp/core/error.h"
+#include "ddp/tensor/ops.h"
+#include "nn/functional/conv_backend.h"
+
+namespace ddp::nn::functional {
+
+using conv_detail::ConvGeometry;
+
+std::string conv_detail::ConvGeometry::key() const {
+  return fmt::format("{}x{}x{}x{}|{}x{}x{}|s{},{}|p{},{}|d{},{}|g{}|{}|{}|{}", n, c, h, w, o, kh,
+                     kw, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, groups,
+                     channels_last ? "nhwc" : "nchw", has_bias ? "b" : "nb", dtype_name(dtype));
+}
+
+int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
+                         int64_t dilation) {
+  const int64_t span = in + 2 * padding - dilation * (kernel - 1) - 1;
+  return span < 0 ? 0 : span / stride + 1;  // C++ division truncates; torch floors
+}
+
+ConvCacheStats conv2d_cache_stats(DeviceType device) {
+  return device == DeviceType::CUDA ? conv_detail::cudnn::cache_stats()
+                                    : conv_detail::onednn::cache_stats();
+}
+
+bool is_channels_last(const Tensor& t) {
+  if (!t.defined() || t.dim() != 4 || t.is_contiguous()) return false;
+  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+  const Shape& st = t.strides();
+  // A dim of size 1 may have any stride.
+  return (c == 1 || st[1] == 1) && (w == 1 || st[3] == c) && (h == 1 || st[2] == w * c) &&
+         (t.size(0) == 1 || st[0] == h * w * c);
+}
+
+Tensor to_channels_last(const Tensor& t) {
+  DDP_CHECK_T(ShapeError, t.defined() && t.dim() == 4,
+              "to_channels_last: expected a 4-D [N, C, H, W] tensor, got {}",
+              t.defined() ? t.describe() : "an undefined tensor");
+  if (is_channels_last(t)) return t;
+  return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+}
+
+Tensor empty_nchw(const Shape& shape, DType dtype, Device device, bool channels_last) {
+  TensorOptions opts = TensorOptions(dtype).device(device);
+  if (!channels_last) return Tensor::empty(shape, opts);
+  return Tensor::empty({shape[0], shape[2], shape[3], shape[1]}, opts).permute({0, 3, 1, 2});
+}
+
+namespace {
+
+// x's layout for the kernels: NHWC-strided or contiguous NCHW.
+Tensor in_layout(const Tensor& t, bool channels_last) {
+  if (channels_last) return is_channels_last(t) ? t : to_channels_last(t.detach());
+  return t.contiguous();
+}
+
+ConvGeometry check_args(const std::string& who, const Tensor& x, const Tensor& w, const Tensor& b,
+                        const Conv2dParams& p) {
+  DDP_CHECK(x.defined() && w.defined(), "{}: undefined input or weight", who);
+  DDP_CHECK_T(ShapeError, x.dim() == 4, "{}: expected a 4-D input [N, C, H, W], got {}", who,
+              x.describe());
+  DDP_CHECK_T(ShapeError, w.dim() == 4, "{}: expected a 4-D weight [O, C/groups, KH, KW], got {}",
+              who, w.describe());
+  DDP_CHECK(p.groups > 0 && p.stride.h > 0 && p.stride.w > 0 && p.dilation.h > 0 &&
+                p.dilation.w > 0 && p.padding.h >= 0 && p.padding.w >= 0,
+            "{}: groups, stride and dilation must be positive and padding non-negative; got "
+            "groups={}, stride={}, padding={}, dilation={}",
+            who, p.groups, p.stride.str(), p.padding.str(), p.dilation.str());
+  DDP_CHECK_T(
+      DTypeError,
+      is_floating(x.dtype()) && w.dtype() == x.dtype() && (!b.defined() || b.dtype() == x.dtype()),
+      "{}: input, weight and bias must share one floating dtype; got {}, {}{}", who, x.describe(),
+      w.describe(), b.defined() ? ", " + b.describe() : "");
+  DDP_CHECK_T(DeviceError, w.device() == x.device() && (!b.defined() || b.device() == x.device()),
+              "{}: input, weight and bias must be on one device; got {}, {}", who, x.describe(),
+              w.describe());
+  ConvGeometry g;
+  g.n = x.size(0), g.c = x.size(1), g.h = x.size(2), g.w = x.size(3);
+  g.o = w.size(0), g.kh = w.size(2), g.kw = w.size(3);
+  g.groups = p.groups, g.stride = p.stride, g.padding = p.padding, g.dilation = p.dilation;
+  DDP_CHECK_T(ShapeError, g.o % g.groups == 0 && g.c % g.groups == 0 && w.size(1) * g.groups == g.c,
+              "{}: expected input[N, {}, H, W] for weight {} and groups={}, got input {}", who,
+              w.size(1) * g.groups, shape_str(w.shape()), g.groups, shape_str(x.shape()));
+  DDP_CHECK_T(ShapeError, !b.defined() || (b.dim() == 1 && b.size(0) == g.o),
+              "{}: expected a bias [{}], got {}", who, g.o, b.describe());
+  g.oh = conv_output_size(g.h, g.kh, g.stride.h, g.padding.h, g.dilation.h);
+  g.ow = conv_output_size(g.w, g.kw, g.stride.w, g.padding.w, g.dilation.w);
+  DDP_CHECK_T(ShapeError, g.oh > 0 && g.ow > 0 && g.n > 0 && g.kh > 0 && g.kw > 0,
+              "{}: input {} (padded by {}) is too small for kernel {} with dilation {}: the "
+              "output would be [{}, {}, {}, {}]",
+              who, shape_str(x.shape()), p.padding.str(), Int2(g.kh, g.kw).str(), p.dilation.str(),
+              g.n, g.o, g.oh, g.ow);
+  g.channels_last = is_channels_last(x);
+  g.has_bias = b.defined();
+  g.dtype = x.dtype();
+  return g;
+}
+
+// The three passes on the backend for g's device and dtype.
+void run_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                 const Tensor& y) {
+  if (x.is_cuda()) return conv_detail::cudnn::forward(g, x, w, b, y);
+  if (g.dtype == DType::f64) return conv_detail::reference::forward(g, x, w, b, y);
+  conv_detail::onednn::forward(g, x, w, b, y);
+}
+void run_backward_data(const ConvGeometry& g, const Tensor& dy, const Tensor& w, const Tensor& dx) {
+  if (dy.is_cuda()) return conv_detail::cudnn::backward_data(g, dy, w, dx);
+  if (g.dtype == DType::f64) return conv_detail::reference::backward_data(g, dy, w, dx);
+  conv_detail::onednn::backward_data(g, dy, w, dx);
+}
+void run_backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy,
+                          const Tensor& dw, const Tensor& db) {
+  if (x.is_cuda()) return conv_detail::cudnn::backward_weights(g, x, dy, dw, db);
+  if (g.dtype == DType::f64) return conv_detail::reference::backward_weights(g, x, dy, dw, db);
+  conv_detail::onednn::backward_weights(g, x, dy, dw, db);
+}
+
+}  // namespace
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& params,
+              const std::string& who_in) {
+  const std::string who = who_in.empty() ? "conv2d" : who_in;
+  ConvGeometry g = check_args(who, x, weight, bias, params);
+  if (!x.is_cuda() && (g.dtype == DType::f16 || g.dtype == DType::bf16)) {
+    // See Note [Conv2d backends]: CPU half precision runs in f32.
+    Tensor b32 = bias.defined() ? bias.to(DType::f32) : Tensor();
+    return conv2d(x.to(DType::f32), weight.to(DType::f32), b32, params, who).to(g.dtype);
+  }
+  if (!x.is_cuda() && g.dtype == DType::f32) {
+    DDP_CHECK_T(NotImplementedError, DDP_HAVE_DNNL,
+                "{}: f32 convolution on the CPU needs oneDNN, and this libddp was built without it",
+                who);
+  }
+
+  Tensor xin = in_layout(x.detach(), g.channels_last);
+  Tensor w = weight.detach().contiguous();
+  Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+  Tensor y = empty_nchw({g.n, g.o, g.oh, g.ow}, g.dtype, x.device(), g.channels_last);
+  run_forward(g, xin, w, b, y);
+
+  if (autograd::needs_grad({x, weight, bias})) {
+    const bool need_dx = autograd::needs_grad({x});
+    const bool need_dw = autograd::needs_grad({weight});
+    const bool need_db = autograd::needs_grad({bias});
+    autograd::record(
+        "conv2d", {x, weight, bias}, {y},
+        [g, xin, w, need_dx, need_dw, need_db](const Tensors& grads) -> Tensors {
+          Tensor dy = in_layout(grads[0].detach(), g.channels_last);
+          Tensor dx, dw, db;
+          if (need_dx) {
+            dx = empty_nchw({g.n, g.c, g.h, g.w}, g.dtype, dy.device(), g.channels_last);
+            run_backward_data(g, dy, w, dx);
+          }
+          if (need_dw || need_db) {
+            TensorOptions opts = TensorOptions(g.dtype).device(dy.device());
+            dw = Tensor::empty(w.shape(), opts);
+            if (g.has_bias) db = Tensor::empty({g.o}, opts);
+            run_backward_weights(g, xin, dy, dw, db);
+          }
+          return {dx, need_dw ? dw : Tensor(), need_db ? db : Tensor()};
+        });
+  }
+  return y;
+}
+
+}  // namespace ddp::nn::functional
