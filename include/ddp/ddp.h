@@ -17,6 +17,8 @@
 #include "ddp/dist/tcp_store.h"
 #include "ddp/io/safetensors.h"
 #include "ddp/nn/nn.h"
+#include "ddp/optim/adamw.h"
+#include "ddp/optim/sgd.h"
 #include "ddp/tensor/cuda.h"
 #include "ddp/tensor/generator.h"
 #include "ddp/tensor/ops.h"

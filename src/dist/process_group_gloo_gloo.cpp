@@ -18,6 +18,16 @@
 // inside a network namespace the namespace's own address. GLOO_SOCKET_IFNAME
 // or GlooOptions pick something else.
 //
+// Note [SIGPIPE]
+// Gloo's TCP transport writes to its sockets with plain write/writev, so a
+// write to a peer that has died raises SIGPIPE, whose default action kills
+// the process: the survivors of a lost rank would die silently instead of
+// reporting it (Note [Naming the lost rank]). So creating a gloo group sets
+// SIGPIPE to "ignore" when it is still at its default; writes then fail
+// with EPIPE, which Gloo turns into an error. A handler the application
+// installed itself is left alone. (Python, and so torch, ignores SIGPIPE
+// from the start; a C++ program has to.)
+//
 // Note [Gloo world of one]
 // Gloo's algorithms need a connection to a neighbour, and a single rank has
 // none. With size() == 1 no Gloo context is made: the collectives are local
@@ -35,6 +45,8 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
+
+#include <signal.h>
 
 #include <cstring>
 #include <mutex>
@@ -118,6 +130,18 @@ std::string store_host(const std::shared_ptr<dist::Store>& s) {
   if (auto* t = dynamic_cast<const TCPStore*>(s.get())) return t->host();
   if (auto* p = dynamic_cast<const PrefixStore*>(s.get())) return store_host(p->underlying());
   return "";
+}
+
+// See Note [SIGPIPE].
+void ignore_sigpipe_if_default() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) != 0) return;
+  if (current.sa_handler != SIG_DFL || (current.sa_flags & SA_SIGINFO)) return;
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  if (::sigaction(SIGPIPE, &ignore, nullptr) == 0)
+    DDP_LOG_DEBUG("gloo: SIGPIPE set to ignore, so a lost peer is an error, not a kill");
 }
 
 std::string bind_description(const gloo::transport::tcp::attr& a) {
@@ -265,7 +289,17 @@ std::shared_ptr<ProcessGroupGloo> ProcessGroupGloo::create(std::shared_ptr<Store
     name = fmt::format("gloo/{}", store->add(fmt::format("gloo/groups_of_rank_{}", rank), 1));
   impl->store = std::make_shared<PrefixStore>(name, store);
 
-  if (size > 1) {  // Note [Gloo world of one]
+  if (size > 1) {  // Note [SIGPIPE]
+// Gloo's TCP transport writes to its sockets with plain write/writev, so a
+// write to a peer that has died raises SIGPIPE, whose default action kills
+// the process: the survivors of a lost rank would die silently instead of
+// reporting it (Note [Naming the lost rank]). So creating a gloo group sets
+// SIGPIPE to "ignore" when it is still at its default; writes then fail
+// with EPIPE, which Gloo turns into an error. A handler the application
+// installed itself is left alone. (Python, and so torch, ignores SIGPIPE
+// from the start; a C++ program has to.)
+//
+// Note [Gloo world of one]
     gloo::transport::tcp::attr attr;  // Note [Gloo address]
     std::string iface = options.iface.empty() ? env_string("GLOO_SOCKET_IFNAME", "") : options.iface;
     if (!iface.empty()) {

@@ -1,0 +1,109 @@
+#pragma once
+// optim::Optimizer: the base of SGD and AdamW, modelled on torch.optim.
+// An optimizer holds parameter groups (each with its own learning rate and
+// weight decay), per-parameter state (momentum buffers, moment estimates)
+// and, through state_dict(), a flat TensorDict that io can write as a
+// safetensors file.
+//
+// Usage:
+//   optim::SGD opt(model.parameters(), /*lr=*/0.1, {.momentum = 0.9});
+//   loss.backward(); opt.step(); opt.zero_grad();
+//
+// Note [Optimizer state layout]
+// torch's Optimizer.state_dict() is a nested dict:
+//   {"state": {0: {"momentum_buffer": t}, ...},
+//    "param_groups": [{"lr": 0.1, ..., "params": [0, 1]}, ...]}
+// where parameters are numbered consecutively across the groups in order.
+// We flatten it with dots into one TensorDict, so a checkpoint is a plain
+// safetensors file:
+//   state.<i>.<name>          the state tensor <name> of parameter i, in the
+//                             parameter's dtype ("step" is a 0-dim f64)
+//   param_groups.<g>.params   i64 [n]: the parameter numbers of group g
+//   param_groups.<g>.<option> 0-dim f64 (booleans 0/1), or f64 [k] for a
+//                             tuple (AdamW's betas)
+// A parameter that has not been stepped yet has no state keys. Loading
+// needs an optimizer of the same kind with the same group sizes (parameters
+// are matched by number, as in torch) and overwrites its options with the
+// saved ones, as torch does.
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddp/nn/ordered_dict.h"
+#include "ddp/tensor/tensor.h"
+
+namespace ddp::optim {
+
+// A set of parameters that share hyperparameters. lr and weight_decay left
+// unset take the optimizer's defaults; after construction both are set, and
+// a scheduler may change them between steps (group.lr = 0.01).
+struct ParamGroup {
+  Tensors params;
+  std::optional<double> lr;
+  std::optional<double> weight_decay;
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter that has a gradient (an undefined .grad
+  // is skipped, like torch), in place and under no-grad.
+  void step();
+  // Clears every parameter's gradient (set_to_none) or zeroes it in place.
+  void zero_grad(bool set_to_none = true);
+
+  std::vector<ParamGroup>& param_groups() { return groups_; }
+  const std::vector<ParamGroup>& param_groups() const { return groups_; }
+  // "SGD" or "AdamW", for messages.
+  const std::string& name() const { return name_; }
+
+  // See Note [Optimizer state layout]. The state tensors are the
+  // optimizer's own (not copies); save them before stepping again.
+  nn::TensorDict state_dict() const;
+  // Checks everything (keys, group sizes, shapes, option values) before it
+  // changes anything; bad input raises ValueError naming the key. State
+  // tensors are copied, converted to their parameter's dtype and device.
+  void load_state_dict(const nn::TensorDict& state);
+
+  // The state of parameter i (numbered across groups), empty before its
+  // first step.
+  const nn::TensorDict& state(size_t i) const { return state_.at(i); }
+
+ protected:
+  // Validates the groups: each non-empty, lr >= 0 and weight_decay >= 0
+  // (after filling in the defaults), every parameter a floating leaf that
+  // requires grad and in one group only.
+  Optimizer(std::string name, std::vector<ParamGroup> groups, double lr, double weight_decay);
+
+  // Updates one parameter, whose gradient is defined, with its state.
+  virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
+                      nn::TensorDict& state) = 0;
+  // The optimizer-wide options as tensors, keyed by option name (without
+  // lr and weight_decay, which are per group).
+  virtual nn::TensorDict options_state() const = 0;
+  // Validates all of them (ValueError naming the option) and then sets
+  // the options from what options_state() wrote; a missing or extra key
+  // is an error too.
+  virtual void load_options(const nn::TensorDict& options) = 0;
+  // The names a non-empty state of one parameter must have exactly, under
+  // the current options.
+  virtual std::vector<std::string> state_names() const = 0;
+
+ private:
+  std::string name_;
+  std::vector<ParamGroup> groups_;
+  std::vector<nn::TensorDict> state_;  // by parameter number
+};
+
+// Groups from a flat parameter list: one group with the defaults.
+std::vector<ParamGroup> single_group(const Tensors& params);
+
+// Throws ValueError "<who>: <what> must be in [lo, hi], got v" (for the
+// option checks of the optimizers).
+void check_range(const std::string& who, const char* what, double v, double lo, double hi);
+
+}  // namespace ddp::optim

@@ -1,0 +1,225 @@
+#include "ddp/optim/optimizer.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+#include <unordered_set>
+
+#include "ddp/autograd/grad_mode.h"
+#include "ddp/tensor/ops.h"
+
+namespace ddp::optim {
+
+std::vector<ParamGroup> single_group(const Tensors& params) { return {ParamGroup{params, {}, {}}}; }
+
+void check_range(const std::string& who, const char* what, double v, double lo, double hi) {
+  // Written so that NaN fails too.
+  DDP_CHECK(v >= lo && v <= hi, "{}: {} must be in [{}, {}], got {}", who, what, lo, hi, v);
+}
+
+Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr,
+                     double weight_decay)
+    : name_(std::move(name)), groups_(std::move(groups)) {
+  DDP_CHECK(!groups_.empty(), "{}: got no parameter groups", name_);
+  std::unordered_set<const TensorImpl*> seen;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    ParamGroup& group = groups_[g];
+    DDP_CHECK(!group.params.empty(), "{}: parameter group {} has no parameters", name_, g);
+    if (!group.lr) group.lr = lr;
+    if (!group.weight_decay) group.weight_decay = weight_decay;
+    check_range(fmt::format("{}: group {}", name_, g), "lr", *group.lr, 0.0, HUGE_VAL);
+    check_range(fmt::format("{}: group {}", name_, g), "weight_decay", *group.weight_decay, 0.0,
+                HUGE_VAL);
+    for (size_t k = 0; k < group.params.size(); ++k) {
+      const Tensor& p = group.params[k];
+      DDP_CHECK(p.defined(), "{}: parameter {} of group {} is undefined", name_, k, g);
+      DDP_CHECK(is_floating(p.dtype()) && p.is_leaf() && p.requires_grad(),
+                "{}: parameter {} of group {} ({}) must be a floating leaf tensor that "
+                "requires grad",
+                name_, k, g, p.describe());
+      DDP_CHECK(seen.insert(p.impl()).second,
+                "{}: parameter {} of group {} ({}) appears more than once", name_, k, g,
+                p.describe());
+    }
+  }
+  state_.resize(seen.size());
+}
+
+void Optimizer::step() {
+  NoGradGuard no_grad;
+  size_t i = 0;
+  for (const ParamGroup& group : groups_) {
+    for (const Tensor& p : group.params) {
+      Tensor grad = p.grad();
+      if (grad.defined()) update(group, p, grad, state_[i]);
+      ++i;
+    }
+  }
+}
+
+void Optimizer::zero_grad(bool set_to_none) {
+  NoGradGuard no_grad;
+  for (ParamGroup& group : groups_) {
+    for (Tensor& p : group.params) {
+      Tensor g = p.grad();
+      if (!g.defined()) continue;
+      if (set_to_none)
+        p.set_grad(Tensor());
+      else
+        g.zero_();
+    }
+  }
+}
+
+// ---- state dicts ----------------------------------------------------------------
+
+nn::TensorDict Optimizer::state_dict() const {
+  nn::TensorDict out;
+  for (size_t i = 0; i < state_.size(); ++i)
+    for (const auto& [name, t] : state_[i]) out.insert(fmt::format("state.{}.{}", i, name), t);
+  int64_t first = 0;
+  nn::TensorDict options = options_state();
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const ParamGroup& group = groups_[g];
+    auto n = static_cast<int64_t>(group.params.size());
+    std::string prefix = fmt::format("param_groups.{}.", g);
+    out.insert(prefix + "params", arange(double(first), double(first + n), 1.0, DType::i64));
+    out.insert(prefix + "lr", Tensor::scalar(*group.lr, DType::f64));
+    out.insert(prefix + "weight_decay", Tensor::scalar(*group.weight_decay, DType::f64));
+    for (const auto& [name, t] : options) out.insert(prefix + name, t.clone());
+    first += n;
+  }
+  return out;
+}
+
+namespace {
+
+// "state.12.exp_avg" -> (12, "exp_avg"); false when the middle is no number.
+bool split_key(const std::string& rest, size_t* index, std::string* name) {
+  size_t dot = rest.find('.');
+  if (dot == std::string::npos || dot == 0 || dot + 1 == rest.size()) return false;
+  auto [ptr, ec] = std::from_chars(rest.data(), rest.data() + dot, *index);
+  if (ec != std::errc() || ptr != rest.data() + dot) return false;
+  *name = rest.substr(dot + 1);
+  return true;
+}
+
+bool same_values(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && a.to_vector<double>() == b.to_vector<double>();
+}
+
+}  // namespace
+
+void Optimizer::load_state_dict(const nn::TensorDict& dict) {
+  const std::string who = name_ + ".load_state_dict";
+  // Sort the keys into per-parameter state and per-group options.
+  std::map<size_t, nn::TensorDict> state, groups;
+  for (const auto& [key, t] : dict) {
+    DDP_CHECK(t.defined(), "{}: key '{}' holds an undefined tensor", who, key);
+    size_t index = 0;
+    std::string name;
+    bool ok = false;
+    if (key.rfind("state.", 0) == 0 && split_key(key.substr(6), &index, &name)) {
+      state[index].insert(name, t);
+      ok = true;
+    } else if (key.rfind("param_groups.", 0) == 0 && split_key(key.substr(13), &index, &name)) {
+      groups[index].insert(name, t);
+      ok = true;
+    }
+    DDP_CHECK(ok, "{}: unexpected key '{}' (see Note [Optimizer state layout])", who, key);
+  }
+
+  // Groups: the same number, the same sizes, the numbering of state_dict().
+  DDP_CHECK(groups.size() == groups_.size() &&
+                (groups.empty() || groups.rbegin()->first + 1 == groups.size()),
+            "{}: the state dict has {} parameter groups, the optimizer {}", who, groups.size(),
+            groups_.size());
+  nn::TensorDict options;  // of group 0; the others must agree
+  size_t first = 0;
+  for (auto& [g, entries] : groups) {
+    std::string prefix = fmt::format("param_groups.{}.", g);
+    const Tensor* params = entries.find("params");
+    DDP_CHECK(params, "{}: missing key '{}params'", who, prefix);
+    size_t n = groups_[g].params.size();
+    std::vector<int64_t> want(n);
+    for (size_t k = 0; k < n; ++k) want[k] = int64_t(first + k);
+    DDP_CHECK(
+        params->dim() == 1 && !is_floating(params->dtype()) && params->to_vector<int64_t>() == want,
+        "{}: '{}params' is {}, but group {} of the optimizer has {} parameters numbered "
+        "from {}",
+        who, prefix, params->describe(), g, n, first);
+    first += n;
+    for (const char* hp : {"lr", "weight_decay"}) {
+      const Tensor* t = entries.find(hp);
+      DDP_CHECK(t && t->numel() == 1, "{}: missing or non-scalar key '{}{}'", who, prefix, hp);
+      check_range(who, (prefix + hp).c_str(), t->item<double>(), 0.0, HUGE_VAL);
+    }
+    nn::TensorDict rest;
+    for (const auto& [name, t] : entries)
+      if (name != "params" && name != "lr" && name != "weight_decay") rest.insert(name, t);
+    if (g == 0) {
+      options = rest;
+      continue;
+    }
+    bool agree = rest.size() == options.size();
+    for (const auto& [name, t] : rest)
+      agree = agree && options.contains(name) && same_values(t, options.at(name));
+    DDP_CHECK(agree,
+              "{}: group {} has other options than group 0; {} keeps one set of options "
+              "besides lr and weight_decay",
+              who, g, name_);
+  }
+
+  // Options next, since which state a parameter has depends on them; put
+  // them back if the state turns out not to fit.
+  nn::TensorDict saved_options = options_state();
+  load_options(options);
+  std::vector<const Tensor*> params;
+  for (const ParamGroup& group : groups_)
+    for (const Tensor& p : group.params) params.push_back(&p);
+  try {
+    std::vector<std::string> names = state_names();
+    std::sort(names.begin(), names.end());
+    for (const auto& [i, entries] : state) {
+      DDP_CHECK(i < params.size(), "{}: state for parameter {}, but the optimizer has {}", who, i,
+                params.size());
+      std::vector<std::string> have;
+      for (const auto& [name, t] : entries) {
+        have.push_back(name);
+        bool scalar = name == "step";
+        DDP_CHECK(scalar ? t.numel() == 1 : t.shape() == params[i]->shape(),
+                  "{}: 'state.{}.{}' is {}, parameter {} is {}", who, i, name, t.describe(), i,
+                  params[i]->describe());
+      }
+      std::sort(have.begin(), have.end());
+      DDP_CHECK(have == names, "{}: parameter {} has state [{}], {} with these options needs [{}]",
+                who, i, fmt::join(have, ", "), name_, fmt::join(names, ", "));
+    }
+  } catch (...) {
+    load_options(saved_options);
+    throw;
+  }
+
+  // Everything fits: commit.
+  NoGradGuard no_grad;
+  for (auto& [g, entries] : groups) {
+    groups_[g].lr = entries.at("lr").item<double>();
+    groups_[g].weight_decay = entries.at("weight_decay").item<double>();
+  }
+  for (auto& s : state_) s.clear();
+  for (const auto& [i, entries] : state) {
+    const Tensor& p = *params[i];
+    for (const auto& [name, t] : entries) {
+      Tensor copy = name == "step"
+                        ? Tensor::empty({}, DType::f64)
+                        : Tensor::empty(p.shape(), TensorOptions(p.dtype()).device(p.device()));
+      copy.copy_(name == "step" ? t.reshape({}) : t);
+      state_[i].insert(name, copy);
+    }
+  }
+}
+
+}  // namespace ddp::optim
