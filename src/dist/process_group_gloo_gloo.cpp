@@ -289,17 +289,8 @@ std::shared_ptr<ProcessGroupGloo> ProcessGroupGloo::create(std::shared_ptr<Store
     name = fmt::format("gloo/{}", store->add(fmt::format("gloo/groups_of_rank_{}", rank), 1));
   impl->store = std::make_shared<PrefixStore>(name, store);
 
-  if (size > 1) {  // Note [SIGPIPE]
-// Gloo's TCP transport writes to its sockets with plain write/writev, so a
-// write to a peer that has died raises SIGPIPE, whose default action kills
-// the process: the survivors of a lost rank would die silently instead of
-// reporting it (Note [Naming the lost rank]). So creating a gloo group sets
-// SIGPIPE to "ignore" when it is still at its default; writes then fail
-// with EPIPE, which Gloo turns into an error. A handler the application
-// installed itself is left alone. (Python, and so torch, ignores SIGPIPE
-// from the start; a C++ program has to.)
-//
-// Note [Gloo world of one]
+  if (size > 1) {  // See Note [Gloo world of one]
+    ignore_sigpipe_if_default();  // See Note [SIGPIPE]
     gloo::transport::tcp::attr attr;  // Note [Gloo address]
     std::string iface = options.iface.empty() ? env_string("GLOO_SOCKET_IFNAME", "") : options.iface;
     if (!iface.empty()) {

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
 #include <future>
 #include <thread>
 
@@ -72,6 +74,37 @@ TEST(GlooThreads, TwoRanksInOneProcess) {
     EXPECT_EQ(mx, 1.0f);
     EXPECT_EQ(got, 7.0f);
   }
+}
+
+// Note [SIGPIPE]: a group of two or more ranks makes a write to a dead peer
+// an error instead of a kill, but leaves an application's own handler alone.
+void two_ranks_in_threads() {
+  auto server = server_store();
+  auto client = std::make_shared<TCPStore>(client_options(server->port(), std::chrono::seconds(20)));
+  auto f1 = std::async(std::launch::async, [&] { return ProcessGroupGloo::create(client, 1, 2); });
+  auto pg0 = ProcessGroupGloo::create(server, 0, 2);
+  auto pg1 = f1.get();
+}
+
+void on_sigpipe(int) {}
+
+TEST(GlooCreate, IgnoresSigpipeOnlyWhenAtItsDefault) {
+  struct sigaction dfl {}, old {}, now {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  ASSERT_EQ(::sigaction(SIGPIPE, &dfl, &old), 0);
+  two_ranks_in_threads();
+  ::sigaction(SIGPIPE, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+
+  struct sigaction mine {};
+  mine.sa_handler = on_sigpipe;
+  sigemptyset(&mine.sa_mask);
+  ::sigaction(SIGPIPE, &mine, nullptr);
+  two_ranks_in_threads();
+  ::sigaction(SIGPIPE, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, &on_sigpipe);
+  ::sigaction(SIGPIPE, &old, nullptr);
 }
 
 TEST(GlooCreate, ARankThatNeverComesTimesOutNamingIt) {
