@@ -57,6 +57,12 @@ std::string backends_list() {
   return s.empty() ? "none" : s;
 }
 
+// A store can be made: the caller gave one, the launcher says where rank 0
+// hosts it, or the job is one process (a private store on 127.0.0.1).
+bool store_possible(const InitOptions& o, const LaunchEnv& env) {
+  return o.store || !env.master_addr.empty() || env.world_size == 1;
+}
+
 LaunchEnv resolve_env(const InitOptions& o) {
   LaunchEnv env = detect_launch_env();
   DDP_CHECK((o.rank < 0) == (o.world_size < 0),
@@ -109,18 +115,18 @@ std::string resolve_backend(const InitOptions& o, const LaunchEnv& env, const De
     return o.backend;
   }
   // Note [Choosing the backend]
-  const bool store_possible = o.store || !env.master_addr.empty() || env.world_size == 1;
+  const bool have_store = store_possible(o, env);
+  const bool mpi_world = env.launcher == "mpirun" && has_backend("mpi");
   std::vector<std::string> order;
   if (device.is_cuda()) order.push_back("nccl");
-  if (env.launcher == "mpirun" && !store_possible) order.push_back("mpi");
+  if (env.launcher == "mpirun" && !have_store) order.push_back("mpi");
   order.push_back("gloo");
   order.push_back("mpi");
   for (const std::string& b : order) {
     if (!has_backend(b)) continue;
-    const bool mpi_world = env.launcher == "mpirun" && has_backend("mpi");
     if (b == "mpi" && env.launcher != "mpirun") continue;  // MPI needs mpirun's world
-    if (b == "gloo" && !store_possible) continue;
-    if (b == "nccl" && !store_possible && !mpi_world) continue;  // no way to share the id
+    if (b == "gloo" && !have_store) continue;
+    if (b == "nccl" && !have_store && !mpi_world) continue;  // no way to share the id
     return b;
   }
   DDP_THROW(ValueError,
@@ -190,7 +196,7 @@ World init_process_group(const InitOptions& options) {
     ProcessGroupNCCLOptions no;
     no.device = w.device.index;
     if (options.timeout.count() > 0) no.timeout = options.timeout;
-    if (options.store || !w.env.master_addr.empty() || w.env.world_size == 1) {
+    if (store_possible(options, w.env)) {
       w.store = make_store(options, w.env);
       w.group = ProcessGroupNCCL::create(*w.store, w.env.rank, w.env.world_size, no);
     } else {

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "ddp/io/safetensors.h"
+#include "nn/scaled_error.h"
 #include "nn/nn_test_util.h"
 
 namespace ddp::test {
@@ -31,17 +32,8 @@ inline Tensor golden(const std::string& name) {
   return d.contains(name) ? d.at(name) : Tensor();
 }
 
-inline double rel_error(const Tensor& a, const Tensor& b) {
-  EXPECT_EQ(a.shape(), b.shape());
-  if (a.shape() != b.shape()) return INFINITY;
-  std::vector<double> x = a.to_vector<double>(), y = b.to_vector<double>();
-  double err = 0, scale = 1e-6;
-  for (size_t i = 0; i < x.size(); ++i) {
-    err = std::max(err, std::abs(x[i] - y[i]));
-    scale = std::max(scale, std::abs(y[i]));
-  }
-  return err / scale;
-}
+// See the tolerance above: scaled_error with a floor of 1e-6.
+inline double rel_error(const Tensor& a, const Tensor& b) { return scaled_error(a, b, 1e-6); }
 
 #define EXPECT_REL_NEAR(a, b, tol) \
   EXPECT_LE(::ddp::test::rel_error((a), (b)), (tol)) << #a " vs " #b

@@ -11,6 +11,7 @@
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/io/safetensors.h"
 #include "ddp/tensor/ops.h"
+#include "nn/scaled_error.h"
 
 namespace ddp::test {
 
@@ -34,15 +35,7 @@ inline Tensor golden_tensor(const std::string& dtype, const std::string& case_na
 // ~0, e.g. GELU near its minimum or a gradient that cancels). Computed in
 // f64 on the host.
 inline double scaled_max_error(const Tensor& got, const Tensor& want) {
-  auto g = got.to(DType::f64).cpu().to_vector<double>();
-  auto w = want.to(DType::f64).cpu().to_vector<double>();
-  double scale = 1e-30, err = 0.0;
-  for (double v : w) scale = std::max(scale, std::abs(v));
-  for (size_t i = 0; i < g.size() && i < w.size(); ++i) {
-    const double d = std::abs(g[i] - w[i]);
-    err = std::max(err, std::isnan(d) ? INFINITY : d);
-  }
-  return err / scale;
+  return scaled_error(got, want, 1e-30);
 }
 
 #define EXPECT_CLOSE_TO(got, want, tol, what)                                 \

@@ -35,22 +35,10 @@ void check_inputs(const Tensor& q, const Tensor& k, const Tensor& v, bool is_cau
               k.describe());
 }
 
-}  // namespace
-
-Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
-                                    bool is_causal, std::optional<double> scale) {
-  check_inputs(q, k, v, is_causal);
-  if (detail::fused_attention_supports(q, k) && q.size(2) > 0 && k.size(2) > 0)
-    return detail::fused_attention(q, k, v, is_causal,
-                                   scale ? *scale : 1.0 / std::sqrt(double(q.size(3))));
-  return scaled_dot_product_attention_reference(q, k, v, is_causal, scale);
-}
-
-Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
-                                              bool is_causal, std::optional<double> scale) {
-  check_inputs(q, k, v, is_causal);
+// The reference path on checked inputs, with the scale resolved.
+Tensor reference_path(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                      double s) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2);
-  const double s = scale ? *scale : 1.0 / std::sqrt(double(D));
   Tensor q3 = q.reshape({B * H, T, D});
   Tensor k3 = k.reshape({B * H, S, D});
   Tensor v3 = v.reshape({B * H, S, D});
@@ -65,6 +53,27 @@ Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, 
   }
   Tensor probs = softmax(scores, -1);
   return bmm(probs, v3).reshape({B, H, T, D});
+}
+
+double resolve_scale(const Tensor& q, std::optional<double> scale) {
+  return scale ? *scale : 1.0 / std::sqrt(double(q.size(3)));
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    bool is_causal, std::optional<double> scale) {
+  check_inputs(q, k, v, is_causal);
+  const double s = resolve_scale(q, scale);
+  if (detail::fused_attention_supports(q, k) && q.size(2) > 0 && k.size(2) > 0)
+    return detail::fused_attention(q, k, v, is_causal, s);
+  return reference_path(q, k, v, is_causal, s);
+}
+
+Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
+                                              bool is_causal, std::optional<double> scale) {
+  check_inputs(q, k, v, is_causal);
+  return reference_path(q, k, v, is_causal, resolve_scale(q, scale));
 }
 
 }  // namespace ddp::nn::functional

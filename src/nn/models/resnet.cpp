@@ -94,15 +94,11 @@ ResNet::ResNet(Block block, std::vector<int64_t> blocks_per_stage, Stem stem, in
   avgpool = register_module("avgpool", std::make_shared<AdaptiveAvgPool2d>(1));
   fc = register_module("fc", std::make_shared<Linear>(in_planes, options.num_classes));
 
-  // torchvision's initialisation (Note [ResNet variants]).
-  for (Module* m : modules()) {
+  // torchvision's initialisation (Note [ResNet variants]); BatchNorm2d
+  // already starts at weight 1, bias 0.
+  for (Module* m : modules())
     if (auto* c = dynamic_cast<Conv2d*>(m))
       init::kaiming_normal_(c->weight, 0.0, init::FanMode::fan_out, init::Nonlinearity::relu);
-    if (auto* b = dynamic_cast<BatchNorm2d*>(m)) {
-      init::ones_(b->weight);
-      init::zeros_(b->bias);
-    }
-  }
 }
 
 Tensor ResNet::forward(const Tensor& x) {
