@@ -36,6 +36,7 @@
 #include "core/cuda_check.h"
 #include "cuda/launchers.h"
 #include "tensor/cuda_allocator.h"
+#include "tensor/cublas_types.h"
 
 namespace ddp::cuda_kernels {
 
@@ -164,26 +165,12 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t strea
     DDP_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));
     return;
   }
-  cudaDataType_t type;
-  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  switch (a.dtype()) {
-    case DType::f32:
-      type = CUDA_R_32F;
-      break;
-    case DType::f64:
-      type = CUDA_R_64F;
-      compute = CUBLAS_COMPUTE_64F;
-      break;
-    case DType::f16:
-      type = CUDA_R_16F;
-      break;
-    case DType::bf16:
-      type = CUDA_R_16BF;
-      break;
-    default:
-      DDP_THROW(DTypeError, "bmm on CUDA: expected a floating dtype, got {}",
-                dtype_name(a.dtype()));
-  }
+  const std::optional<CublasTypes> types = cublas_types(a.dtype());
+  if (!types)
+    DDP_THROW(DTypeError, "bmm on CUDA: expected a floating dtype, got {}",
+              dtype_name(a.dtype()));
+  const cudaDataType_t type = types->data;
+  const cublasComputeType_t compute = types->compute;
   const Operand ob = make_operand(b, stream);  // cuBLAS's first operand: b^T, [N, K]
   const Operand oa = make_operand(a, stream);  // its second: a^T, [K, M]
   cublasHandle_t h = cublas_handle(stream);

@@ -33,6 +33,7 @@
 #include "ddp/tensor/cuda.h"
 #include "nn/functional/dense_cuda.h"
 #include "tensor/cuda_allocator.h"
+#include "tensor/cublas_types.h"
 
 namespace ddp::nn::functional::dense_cuda {
 
@@ -91,27 +92,11 @@ bool linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   if (rows == 0 || out == 0) return true;  // nothing to write
   if (in == 0) return false;               // y = b: the composed path fills it
 
-  cudaDataType_t type;
-  cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
-  cudaDataType_t scale_type = CUDA_R_32F;
-  switch (x.dtype()) {
-    case DType::f32:
-      type = CUDA_R_32F;
-      break;
-    case DType::f16:
-      type = CUDA_R_16F;
-      break;
-    case DType::bf16:
-      type = CUDA_R_16BF;
-      break;
-    case DType::f64:
-      type = CUDA_R_64F;
-      compute = CUBLAS_COMPUTE_64F;
-      scale_type = CUDA_R_64F;
-      break;
-    default:
-      return false;
-  }
+  const std::optional<CublasTypes> types = cublas_types(x.dtype());
+  if (!types) return false;
+  const cudaDataType_t type = types->data;
+  const cublasComputeType_t compute = types->compute;
+  const cudaDataType_t scale_type = types->scale;
 
   const int device = x.device().index;
   CudaDeviceGuard guard(device);
