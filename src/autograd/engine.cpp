@@ -54,6 +54,24 @@ struct GraphTask {
   std::vector<Edge> capture_edges;
   std::unordered_set<Node*> needed;
   Tensors results;
+
+  // queue_callback(): run after the graph, in order.
+  std::vector<std::function<void()>> callbacks;
+};
+
+// The pass running on this thread, for queue_callback(). A hook may start a
+// nested backward; execute() saves and restores the outer one.
+thread_local GraphTask* current_task = nullptr;
+
+class CurrentTaskScope {
+ public:
+  explicit CurrentTaskScope(GraphTask* t) : prev_(current_task) { current_task = t; }
+  ~CurrentTaskScope() { current_task = prev_; }
+  CurrentTaskScope(const CurrentTaskScope&) = delete;
+  CurrentTaskScope& operator=(const CurrentTaskScope&) = delete;
+
+ private:
+  GraphTask* prev_;
 };
 
 void accumulate_into(Tensor& slot, const Tensor& grad) {
@@ -231,10 +249,16 @@ void execute(GraphTask& task, const Tensors& roots, const Tensors& grad_roots, c
     if (task.dependencies[e.node.get()] == 0 && pushed.insert(e.node.get()).second)
       push_ready(task, e.node);
 
+  CurrentTaskScope scope(&task);
   while (!task.ready.empty()) {
     std::shared_ptr<Node> node = task.ready.top().node;
     task.ready.pop();
     run_node(task, node);
+  }
+  // Indexing, not iterators: a callback may queue another.
+  for (size_t i = 0; i < task.callbacks.size(); ++i) {
+    std::function<void()> fn = std::move(task.callbacks[i]);
+    fn();
   }
 }
 
@@ -244,6 +268,13 @@ void backward(const Tensors& roots, const Tensors& grad_roots, bool retain_graph
   GraphTask task;
   task.retain_graph = retain_graph;
   execute(task, roots, grad_roots, "backward");
+}
+
+void queue_callback(std::function<void()> fn) {
+  DDP_CHECK_T(ValueError, current_task != nullptr,
+              "queue_callback: no backward pass is running on this thread");
+  DDP_CHECK_T(ValueError, fn != nullptr, "queue_callback: empty function");
+  current_task->callbacks.push_back(std::move(fn));
 }
 
 Tensors grad(const Tensors& outputs, const Tensors& inputs, const Tensors& grad_outputs,

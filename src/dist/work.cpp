@@ -20,6 +20,11 @@ std::exception_ptr Work::exception() const {
   return error_;
 }
 
+std::chrono::steady_clock::time_point Work::completed_at() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return completed_at_;
+}
+
 void Work::mark_completed(std::exception_ptr error) {
   // Post-processing (copy-back from staging buffers) runs before waiters are
   // released, and its failure becomes the work's error.
@@ -38,6 +43,7 @@ void Work::mark_completed(std::exception_ptr error) {
       return;
     }
     completed_ = true;
+    completed_at_ = std::chrono::steady_clock::now();
     error_ = error;
   }
   cv_.notify_all();

@@ -1,6 +1,8 @@
 #pragma once
 // Runs backward over the graph recorded by ops.
 
+#include <functional>
+
 #include "ddp/autograd/node.h"
 
 namespace ddp::autograd {
@@ -14,5 +16,14 @@ void backward(const Tensors& roots, const Tensors& grad_roots, bool retain_graph
 // (like torch.autograd.grad). Undefined where an input is not reachable.
 Tensors grad(const Tensors& outputs, const Tensors& inputs, const Tensors& grad_outputs,
              bool retain_graph = false);
+
+// Queues fn to run once the backward pass that is running now has finished
+// the whole graph, on the same thread, before backward() returns (like
+// torch's Variable._execution_engine.queue_callback). Callbacks run in the
+// order they were queued and may queue more. Only valid while a backward
+// runs (from a hook or a node); ValueError otherwise. If the pass fails, its
+// callbacks are dropped. The DDP engine uses this to wait for its gradient
+// buckets at the end of backward.
+void queue_callback(std::function<void()> fn);
 
 }  // namespace ddp::autograd

@@ -35,6 +35,9 @@ class Work {
   bool is_completed() const;
   bool is_success() const;  // completed without an error
   std::exception_ptr exception() const;
+  // When the backend completed it (steady clock); the epoch before then.
+  // The DDP engine's bucket timeline reads it.
+  std::chrono::steady_clock::time_point completed_at() const;
   // Blocks until completion; rethrows the collective's error. A zero timeout
   // means no limit. Raises TimeoutError naming the op when the limit passes.
   virtual void wait(std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
@@ -53,6 +56,7 @@ class Work {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool completed_ = false;
+  std::chrono::steady_clock::time_point completed_at_{};
   std::exception_ptr error_;
   Tensors result_;
   std::vector<std::function<void()>> on_success_;

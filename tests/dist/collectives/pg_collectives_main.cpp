@@ -21,6 +21,7 @@
 #include "ddp/config.h"
 #include "ddp/dist/init.h"
 #include "ddp/tensor/cuda.h"
+#include "dist/multi_rank_main.h"
 #if DDP_HAVE_MPI
 #include "ddp/dist/process_group_mpi.h"
 #endif
@@ -437,24 +438,6 @@ TEST(SelfCheck, InjectedFailure) {
   if (env && std::atoi(env) == pg().rank()) ADD_FAILURE() << "injected failure";
 }
 
-// Ranks other than 0 report only their failures, prefixed with the rank.
-class RankFailurePrinter : public ::testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const ::testing::TestPartResult& r) override {
-    if (r.failed())
-      std::fprintf(stderr, "[rank %d] %s:%d: %s\n", rank_, r.file_name() ? r.file_name() : "?",
-                   r.line_number(), r.summary());
-  }
-  void OnTestEnd(const ::testing::TestInfo& info) override {
-    if (info.result()->Failed())
-      std::fprintf(stderr, "[rank %d] FAILED %s.%s\n", rank_, info.test_suite_name(), info.name());
-  }
-
- private:
-  int rank_;
-};
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -465,21 +448,5 @@ int main(int argc, char** argv) {
   opts.device = Device::cpu();  // CUDA tensors are tested by their own cases
   g_world = init_process_group(opts);
   g_backend = g_world.group->backend_name();
-  const int rank = g_world.rank();
-  if (rank != 0) {
-    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new RankFailurePrinter(rank));
-  }
-  int rc = RUN_ALL_TESTS();
-  // Every rank learns whether any rank failed.
-  int64_t failed = rc != 0 ? 1 : 0;
-  Tensor count = Tensor::full({1}, double(failed), TensorOptions(DType::i64));
-  pg().allreduce({count})->wait(kWait);
-  const int64_t failed_ranks = count.item<int64_t>();
-  if (rank == 0)
-    std::printf("pg_collectives_main: backend %s, world size %d, %lld rank(s) failed\n",
-                g_backend.c_str(), pg().size(), static_cast<long long>(failed_ranks));
-  g_world = World{};  // before exit, so MPI_Finalize runs (Note [MPI initialisation and finalisation])
-  return failed_ranks == 0 ? 0 : 1;
+  return test::run_tests_on_every_rank(g_world, "pg_collectives_main");
 }

@@ -1,0 +1,136 @@
+// DistributedDataParallel: construction checks, parameter broadcast, and the
+// work around each forward. The gradient averaging itself is the Reducer's.
+
+#include "ddp/parallel/distributed.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "ddp/core/error.h"
+
+namespace ddp::parallel {
+
+namespace {
+
+// One line per parameter: what must be equal on every rank.
+std::vector<std::string> describe_parameters(const nn::TensorDict& params) {
+  std::vector<std::string> lines;
+  for (const auto& [name, p] : params)
+    lines.push_back(fmt::format("'{}' {} {}", name, shape_str(p.shape()), dtype_name(p.dtype())));
+  return lines;
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& blob) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < blob.size()) {
+    size_t end = blob.find('\n', start);
+    if (end == std::string::npos) end = blob.size();
+    lines.push_back(blob.substr(start, end - start));
+    start = end + 1;
+  }
+  return lines;
+}
+
+}  // namespace
+
+DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<nn::Module> module,
+                                                         std::shared_ptr<dist::ProcessGroup> group,
+                                                         DDPOptions options)
+    : module_base_(std::move(module)), group_(std::move(group)), options_(options) {
+  DDP_CHECK(module_base_ != nullptr, "DistributedDataParallel: no module given");
+  DDP_CHECK(group_ != nullptr, "DistributedDataParallel: no process group given");
+  DDP_CHECK(options_.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb must be > 0, got {}",
+            options_.bucket_cap_mb);
+  nn::TensorDict named;
+  for (const auto& [name, p] : module_base_->named_parameters())
+    if (p.requires_grad()) named.insert(name, p);
+  verify_same_model_on_all_ranks();
+
+  Tensors params;
+  std::vector<std::string> names;
+  for (const auto& [name, p] : named) {
+    params.push_back(p);
+    names.push_back(name);
+  }
+  buffers_ = module_base_->buffers();
+  Tensors state = module_base_->parameters();  // frozen ones too: all ranks start equal
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  broadcast_from_rank0(state);
+
+  ReducerOptions r;
+  r.bucket_cap_mb = options_.bucket_cap_mb;
+  r.find_unused_parameters = options_.find_unused_parameters;
+  r.rebuild_buckets = options_.rebuild_buckets;
+  reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_, r);
+}
+
+DistributedDataParallelBase::~DistributedDataParallelBase() = default;
+
+// Every rank sends its parameter list (names, shapes, dtypes) to every rank,
+// and every rank compares them with rank 0's, so all ranks raise the same
+// error naming the first difference and the ranks that have it.
+void DistributedDataParallelBase::verify_same_model_on_all_ranks() {
+  const int n = group_->size();
+  if (n == 1) return;
+  std::vector<std::string> mine = describe_parameters(module_base_->named_parameters());
+  std::string blob = join_lines(mine);
+
+  Tensor my_len = Tensor::from_vector(std::vector<int64_t>{int64_t(blob.size())}, {1});
+  Tensors lens;
+  for (int r = 0; r < n; ++r) lens.push_back(Tensor::empty({1}, DType::i64));
+  group_->allgather(lens, my_len)->wait(group_->timeout());
+  int64_t longest = 0;
+  for (const Tensor& l : lens) longest = std::max(longest, l.item<int64_t>());
+
+  Tensor padded = Tensor::zeros({longest}, DType::u8);
+  if (!blob.empty()) std::memcpy(padded.data<uint8_t>(), blob.data(), blob.size());
+  Tensors blobs;
+  for (int r = 0; r < n; ++r) blobs.push_back(Tensor::empty({longest}, DType::u8));
+  group_->allgather(blobs, padded)->wait(group_->timeout());
+
+  std::vector<std::vector<std::string>> all;
+  for (int r = 0; r < n; ++r) {
+    const char* p = reinterpret_cast<const char*>(blobs[size_t(r)].data<uint8_t>());
+    all.push_back(split_lines(std::string(p, size_t(lens[size_t(r)].item<int64_t>()))));
+  }
+  size_t most = 0;
+  for (const auto& lines : all) most = std::max(most, lines.size());
+  for (size_t k = 0; k < most; ++k) {
+    auto at = [&](int r) { return k < all[size_t(r)].size() ? all[size_t(r)][k] : "(none)"; };
+    std::vector<int> differ;
+    for (int r = 1; r < n; ++r)
+      if (at(r) != at(0)) differ.push_back(r);
+    if (differ.empty()) continue;
+    std::string theirs;
+    for (int r : differ) theirs += fmt::format("; rank {} has {}", r, at(r));
+    throw ValueError(fmt::format(
+        "DistributedDataParallel: the ranks wrap different models. Parameter {} (of {} on "
+        "rank 0): rank 0 has {}{}. Every rank must build the same model.",
+        k, all[0].size(), at(0), theirs));
+  }
+}
+
+void DistributedDataParallelBase::broadcast_from_rank0(const Tensors& tensors) {
+  if (group_->size() == 1 || tensors.empty()) return;
+  NoGradGuard no_grad;
+  group_->broadcast(tensors, 0)->wait(group_->timeout());
+}
+
+void DistributedDataParallelBase::pre_forward() {
+  if (!autograd::grad_enabled()) return;
+  reducer_->prepare_for_forward();
+  if (options_.broadcast_buffers && module_base_->is_training()) broadcast_from_rank0(buffers_);
+}
+
+void DistributedDataParallelBase::post_forward(const Tensors& outputs) {
+  if (autograd::grad_enabled() && sync_) reducer_->prepare_for_backward(outputs);
+}
+
+}  // namespace ddp::parallel

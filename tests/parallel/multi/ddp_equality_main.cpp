@@ -1,0 +1,344 @@
+// DistributedDataParallel gives the gradients of one big batch:
+//   mpirun -np N ddp_equality_main --backend mpi
+//   ddprun --nproc-per-node N ddp_equality_main --backend gloo
+// Every rank also trains a reference copy of the model on the whole global
+// batch in one process, and after every backward the DDP gradients (this
+// rank's slice of the batch, averaged across ranks) must match the
+// reference's, as must the parameters after the optimizer steps.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "ddp/dist/init.h"
+#include "ddp/nn/functional/loss.h"
+#include "ddp/nn/linear.h"
+#include "ddp/nn/models/gpt.h"
+#include "ddp/nn/models/resnet.h"
+#include "ddp/optim/sgd.h"
+#include "ddp/parallel/distributed.h"
+#include "ddp/tensor/generator.h"
+#include "ddp/tensor/ops.h"
+#include "dist/multi_rank_main.h"
+#include "nn/scaled_error.h"
+
+using namespace ddp;
+using parallel::DDPOptions;
+using parallel::DistributedDataParallel;
+
+namespace {
+
+dist::World g_world;
+int rank() { return g_world.rank(); }
+int world() { return g_world.size(); }
+
+constexpr int64_t kBatch = 12;  // divisible by 2, 3 and 4 ranks
+constexpr double kTol = 1e-5;   // f32, relative to each tensor's scale
+
+// This rank's rows of a global batch.
+Tensor my_rows(const Tensor& t) {
+  const int64_t n = t.size(0) / world();
+  return t.narrow(0, rank() * n, n);
+}
+
+// A deterministic global batch for one step, the same on every rank.
+struct Batch {
+  Tensor x, y;
+};
+using MakeBatch = std::function<Batch(int step)>;
+
+Batch image_batch(int step) {
+  Generator gen(1000 + uint64_t(step));
+  Tensor x = randn({kBatch, 1, 8, 8}, {}, &gen);
+  Tensor y = mul(rand({kBatch}, {}, &gen), 9.999).to(DType::i64);
+  return {x, y};
+}
+
+constexpr int64_t kVocab = 64, kSeq = 16;
+Batch token_batch(int step) {
+  Generator gen(2000 + uint64_t(step));
+  Tensor x = mul(rand({kBatch, kSeq}, {}, &gen), kVocab - 0.001).to(DType::i64);
+  Tensor y = mul(rand({kBatch, kSeq}, {}, &gen), kVocab - 0.001).to(DType::i64);
+  return {x, y};
+}
+
+std::shared_ptr<nn::models::ResNet> small_resnet() {
+  manual_seed(7);
+  auto m = nn::models::resnet20({.in_channels = 1, .num_classes = 10});
+  // Eval-mode BatchNorm normalises each sample on its own, so N slices of a
+  // batch give the gradients of the whole batch (train-mode BatchNorm needs
+  // SyncBatchNorm for that).
+  m->eval();
+  return m;
+}
+
+std::shared_ptr<nn::models::GPT> small_gpt() {
+  manual_seed(7);
+  nn::models::GPTConfig c;
+  c.vocab_size = kVocab;
+  c.block_size = kSeq;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 32;
+  return std::make_shared<nn::models::GPT>(c);
+}
+
+Tensor loss_of(const Tensor& out, const Tensor& y) {
+  if (out.dim() == 3) return nn::functional::cross_entropy(out.reshape({-1, kVocab}), y.reshape({-1}));
+  return nn::functional::cross_entropy(out, y);
+}
+
+// Ranks other than 0 start from different weights, so the broadcast at
+// construction is tested too.
+void perturb_unless_rank0(nn::Module& m) {
+  if (rank() == 0) return;
+  NoGradGuard no_grad;
+  for (Tensor p : m.parameters()) p.add_(Tensor::full(p.shape(), 0.01 * rank(), p.dtype()));
+}
+
+void expect_grads_match(nn::Module& got, nn::Module& want, const std::string& where) {
+  auto g = got.named_parameters();
+  auto w = want.named_parameters();
+  ASSERT_EQ(g.size(), w.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const auto& [name, p] = g.items()[i];
+    const Tensor& q = w.items()[i].second;
+    ASSERT_EQ(p.grad().defined(), q.grad().defined()) << where << " " << name;
+    if (!q.grad().defined()) continue;
+    EXPECT_LE(test::scaled_error(p.grad(), q.grad(), 1e-12), kTol) << where << " grad of " << name;
+  }
+}
+
+void expect_params_match(nn::Module& got, nn::Module& want, const std::string& where) {
+  auto g = got.named_parameters();
+  auto w = want.named_parameters();
+  for (size_t i = 0; i < g.size(); ++i)
+    EXPECT_LE(test::scaled_error(g.items()[i].second, w.items()[i].second, 1e-12), kTol)
+        << where << " " << g.items()[i].first;
+}
+
+// Trains DDP and the one-process reference side by side for `steps`
+// optimizer steps of `micro` micro-batches each (all but the last under
+// no_sync), checking the gradients after every step.
+template <class M>
+void train_side_by_side(std::function<std::shared_ptr<M>()> make, const MakeBatch& batch,
+                        DDPOptions opts, int steps, int micro = 1) {
+  auto ref = make();
+  auto mine = make();
+  perturb_unless_rank0(*mine);
+  DistributedDataParallel<M> ddp_model(mine, g_world.group, opts);
+  expect_params_match(*mine, *ref, "after construction");
+  optim::SGD opt_ref(ref->parameters(), 0.05, {.momentum = 0.9, .weight_decay = 1e-4});
+  optim::SGD opt(mine->parameters(), 0.05, {.momentum = 0.9, .weight_decay = 1e-4});
+  for (int s = 0; s < steps; ++s) {
+    for (int m = 0; m < micro; ++m) {
+      Batch b = batch(s * micro + m);
+      loss_of(ref->forward(b.x), b.y).backward();
+      if (m + 1 < micro) {
+        auto guard = ddp_model.no_sync();
+        loss_of(ddp_model(my_rows(b.x)), my_rows(b.y)).backward();
+      } else {
+        loss_of(ddp_model(my_rows(b.x)), my_rows(b.y)).backward();
+      }
+    }
+    expect_grads_match(*mine, *ref, "step " + std::to_string(s));
+    opt_ref.step();
+    opt.step();
+    opt_ref.zero_grad();
+    opt.zero_grad();
+  }
+  expect_params_match(*mine, *ref, "after training");
+}
+
+TEST(DDPEquality, ResNet20) {
+  train_side_by_side<nn::models::ResNet>(small_resnet, image_batch, {}, 5);
+}
+
+TEST(DDPEquality, ResNet20ManySmallBuckets) {
+  DDPOptions o;
+  o.bucket_cap_mb = 0.01;
+  train_side_by_side<nn::models::ResNet>(small_resnet, image_batch, o, 5);
+}
+
+TEST(DDPEquality, GPT) { train_side_by_side<nn::models::GPT>(small_gpt, token_batch, {}, 5); }
+
+TEST(DDPEquality, GPTManySmallBuckets) {
+  DDPOptions o;
+  o.bucket_cap_mb = 0.01;
+  train_side_by_side<nn::models::GPT>(small_gpt, token_batch, o, 5);
+}
+
+TEST(DDPEquality, NoSyncAccumulatesFourMicroBatches) {
+  train_side_by_side<nn::models::ResNet>(small_resnet, image_batch, {}, 3, 4);
+  train_side_by_side<nn::models::GPT>(small_gpt, token_batch, {}, 3, 4);
+}
+
+// A model whose head_b is used on even steps only (by every rank) and whose
+// extra head is used by one rank per step.
+class Branchy : public nn::Module {
+ public:
+  Branchy() : nn::Module("Branchy") {
+    trunk = register_module("trunk", std::make_shared<nn::Linear>(8, 16));
+    head_a = register_module("head_a", std::make_shared<nn::Linear>(16, 4));
+    head_b = register_module("head_b", std::make_shared<nn::Linear>(16, 4));
+    extra = register_module("extra", std::make_shared<nn::Linear>(16, 4));
+  }
+  Tensor forward(const Tensor& x, bool use_b, bool use_extra) {
+    Tensor h = relu(trunk->forward(x));
+    Tensor out = head_a->forward(h);
+    if (use_b) out = out + head_b->forward(h);
+    if (use_extra) out = out + extra->forward(h);
+    return out;
+  }
+  std::shared_ptr<nn::Linear> trunk, head_a, head_b, extra;
+};
+
+TEST(DDPEquality, UnusedParametersWithFindUnused) {
+  manual_seed(11);
+  auto ref = std::make_shared<Branchy>();
+  manual_seed(11);
+  auto mine = std::make_shared<Branchy>();
+  DDPOptions o;
+  o.find_unused_parameters = true;
+  o.bucket_cap_mb = 0.0005;  // a few parameters per bucket
+  DistributedDataParallel<Branchy> ddp_model(mine, g_world.group, o);
+  optim::SGD opt_ref(ref->parameters(), 0.1, {.momentum = 0.9, .weight_decay = 1e-3});
+  optim::SGD opt(mine->parameters(), 0.1, {.momentum = 0.9, .weight_decay = 1e-3});
+  const int64_t per_rank = 3;
+  for (int s = 0; s < 6; ++s) {
+    Generator gen(3000 + uint64_t(s));
+    Tensor x = randn({per_rank * world(), 8}, {}, &gen);
+    Tensor y = randn({per_rank * world(), 4}, {}, &gen);
+    const bool use_b = s % 2 == 0;
+    const int extra_rank = s % world();
+    // The reference: every rank's slice with that rank's choice, losses
+    // averaged over ranks, in one process.
+    Tensor ref_loss;
+    for (int r = 0; r < world(); ++r) {
+      Tensor l = nn::functional::mse_loss(
+          ref->forward(x.narrow(0, r * per_rank, per_rank), use_b, r == extra_rank),
+          y.narrow(0, r * per_rank, per_rank));
+      ref_loss = ref_loss.defined() ? ref_loss + l : l;
+    }
+    (ref_loss / double(world())).backward();
+    Tensor out = ddp_model(x.narrow(0, rank() * per_rank, per_rank), use_b, rank() == extra_rank);
+    nn::functional::mse_loss(out, y.narrow(0, rank() * per_rank, per_rank)).backward();
+    expect_grads_match(*mine, *ref, "step " + std::to_string(s));
+    EXPECT_EQ(mine->head_b->weight.grad().defined(), use_b);
+    opt_ref.step();
+    opt.step();
+    opt_ref.zero_grad();
+    opt.zero_grad();
+  }
+  expect_params_match(*mine, *ref, "after training");
+}
+
+TEST(DDPErrors, MissingGradientWithoutFindUnusedIsAnErrorNamingIt) {
+  manual_seed(11);
+  auto mine = std::make_shared<Branchy>();
+  DistributedDataParallel<Branchy> ddp_model(mine, g_world.group, {});
+  Tensor x = randn({2, 8});
+  // head_b and extra get no gradient on any rank.
+  sum(ddp_model(x, false, false)).backward();
+  try {
+    ddp_model(x, true, true);
+    ADD_FAILURE() << "the next forward should have raised";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("'head_b.weight'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("'extra.bias'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("find_unused_parameters"), std::string::npos) << msg;
+    EXPECT_EQ(msg.find("'trunk.weight'"), std::string::npos) << msg;
+  }
+  // After the error the model is usable again.
+  sum(ddp_model(x, true, true)).backward();
+  EXPECT_TRUE(mine->extra->weight.grad().defined());
+}
+
+TEST(DDPErrors, DifferentModelsOnDifferentRanksAreNamed) {
+  const int64_t width = rank() == world() - 1 ? 5 : 4;
+  auto m = std::make_shared<nn::Linear>(3, width);
+  try {
+    DistributedDataParallel<nn::Linear> ddp_model(m, g_world.group, {});
+    ADD_FAILURE() << "construction should have raised";
+  } catch (const ValueError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(fmt::format("rank {} has 'weight' [5, 3]", world() - 1)), std::string::npos)
+        << msg;
+    EXPECT_NE(msg.find("rank 0 has 'weight' [4, 3]"), std::string::npos) << msg;
+  }
+}
+
+// After many steps on different data, every rank holds bit-identical
+// parameters: a checksum of their bytes is the same on all ranks.
+TEST(DDPConsistency, ParametersStayIdenticalAcrossRanks) {
+  auto model = small_gpt();
+  DistributedDataParallel<nn::models::GPT> ddp_model(model, g_world.group, {.bucket_cap_mb = 0.05});
+  optim::SGD opt(model->parameters(), 0.05, {.momentum = 0.9});
+  for (int s = 0; s < 20; ++s) {
+    Batch b = token_batch(100 * rank() + s);  // each rank its own data
+    loss_of(ddp_model(my_rows(b.x)), my_rows(b.y)).backward();
+    opt.step();
+    opt.zero_grad();
+  }
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the parameter bytes
+  for (const Tensor& p : model->parameters()) {
+    Tensor c = p.contiguous();
+    auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t i = 0; i < c.nbytes(); ++i) h = (h ^ bytes[i]) * 1099511628211ull;
+  }
+  Tensors all;
+  for (int r = 0; r < world(); ++r) all.push_back(Tensor::empty({1}, DType::i64));
+  Tensor mine = Tensor::from_vector(std::vector<int64_t>{int64_t(h)}, {1});
+  g_world.group->allgather(all, mine)->wait(std::chrono::milliseconds(60'000));
+  for (int r = 1; r < world(); ++r)
+    EXPECT_EQ(all[size_t(r)].item<int64_t>(), all[0].item<int64_t>()) << "rank " << r;
+}
+
+TEST(DDPHooks, CompressionHooksStayCloseAndUserHooksSeeEveryBucket) {
+  for (auto hook : {parallel::fp16_compress_hook, parallel::bf16_compress_hook}) {
+    auto ref = small_gpt();
+    auto mine = small_gpt();
+    DistributedDataParallel<nn::models::GPT> ddp_model(mine, g_world.group, {.bucket_cap_mb = 0.05});
+    ddp_model.register_comm_hook(hook);
+    Batch b = token_batch(0);
+    loss_of(ref->forward(b.x), b.y).backward();
+    loss_of(ddp_model(my_rows(b.x)), my_rows(b.y)).backward();
+    auto g = mine->named_parameters();
+    auto w = ref->named_parameters();
+    for (size_t i = 0; i < g.size(); ++i)  // bf16 keeps 8 bits of mantissa
+      EXPECT_LE(test::scaled_error(g.items()[i].second.grad(), w.items()[i].second.grad(), 1e-12),
+                2e-2)
+          << g.items()[i].first;
+  }
+  auto model = small_gpt();
+  DistributedDataParallel<nn::models::GPT> ddp_model(model, g_world.group, {.bucket_cap_mb = 0.05});
+  std::vector<int> seen;
+  int lasts = 0;
+  ddp_model.register_comm_hook([&](dist::ProcessGroup& g, parallel::GradBucket& bucket) {
+    seen.push_back(bucket.index);
+    lasts += bucket.is_last;
+    EXPECT_EQ(bucket.parameters.size(), bucket.gradients.size());
+    return parallel::allreduce_hook(g, bucket);
+  });
+  Batch b = token_batch(0);
+  loss_of(ddp_model(my_rows(b.x)), my_rows(b.y)).backward();
+  ASSERT_EQ(seen.size(), ddp_model.reducer().num_buckets());
+  for (size_t k = 0; k < seen.size(); ++k) EXPECT_EQ(seen[k], int(k));
+  EXPECT_EQ(lasts, 1);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  dist::InitOptions opts;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--backend" && i + 1 < argc) opts.backend = argv[++i];
+  opts.device = Device::cpu();
+  g_world = dist::init_process_group(opts);
+  return test::run_tests_on_every_rank(g_world, "ddp_equality_main");
+}
