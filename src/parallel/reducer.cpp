@@ -126,8 +126,11 @@ Reducer::~Reducer() {
 }
 
 void Reducer::build_buckets(const std::vector<size_t>& order) {
-  std::vector<size_t> caps = {mib_to_bytes(options_.first_bucket_cap_mb),
-                              mib_to_bytes(options_.bucket_cap_mb)};
+  // The first cap never exceeds the others: a small bucket_cap_mb asks for
+  // many small buckets from the start.
+  std::vector<size_t> caps = {
+      mib_to_bytes(std::min(options_.first_bucket_cap_mb, options_.bucket_cap_mb)),
+      mib_to_bytes(options_.bucket_cap_mb)};
   std::vector<std::unique_ptr<Bucket>> buckets;
   std::vector<Locator> locate(params_.size());
   NoGradGuard no_grad;
@@ -179,6 +182,7 @@ void Reducer::register_comm_hook(CommHook hook) {
 
 void Reducer::prepare_for_forward() {
   check_previous_iteration();
+  backward_done_ = false;  // a new forward: its backward may run (synchronised or not)
   if (rebuild_due_) rebuild_from_rank0_order();
 }
 
@@ -227,6 +231,7 @@ void Reducer::prepare_for_backward(const Tensors& outputs) {
   next_launch_ = 0;
   callback_queued_ = false;
   armed_ = true;
+  backward_done_ = false;
   if (!rebuilt_ && options_.rebuild_buckets) ready_order_.clear();
   if (!options_.find_unused_parameters) return;
 
@@ -253,7 +258,17 @@ void Reducer::prepare_for_backward(const Tensors& outputs) {
 
 // Called from parameter i's hook (from_hook) or for an unused parameter.
 void Reducer::mark_ready(size_t i, bool from_hook) {
-  if (!armed_) return;  // no_sync, or a backward DDP's forward did not prepare
+  if (!armed_) {
+    // no_sync, or a backward DDP's forward did not prepare: local only. But
+    // a second backward after one synchronised forward would leave ranks
+    // with different gradients without a word, so that is an error.
+    DDP_CHECK(!(from_hook && backward_done_),
+              "DistributedDataParallel: parameter '{}' got a gradient in a second backward after "
+              "one forward; it would not be averaged across ranks. Run the forward again for "
+              "each backward (inside no_sync() to accumulate locally).",
+              names_[i]);
+    return;
+  }
   DDP_CHECK(!ready_[i],
             "DistributedDataParallel: parameter '{}' got a gradient twice in one synchronised "
             "backward. Run one backward per forward (or use no_sync() for the extra ones).",
@@ -318,7 +333,11 @@ std::vector<size_t> Reducer::unready_params() const {
 void Reducer::finalize_backward() {
   struct Disarm {
     Reducer* r;
-    ~Disarm() { r->armed_ = false; r->callback_queued_ = false; }
+    ~Disarm() {
+      r->armed_ = false;
+      r->callback_queued_ = false;
+      r->backward_done_ = true;
+    }
   } disarm{this};
 
   if (options_.find_unused_parameters)

@@ -266,5 +266,57 @@ TEST(Engine, LongChainDoesNotOverflow) {
   expect_values(x.grad(), {1.0});
 }
 
+// queue_callback: runs after every node of the pass, in order, and may
+// queue more; refused outside a backward; dropped when the pass fails.
+TEST(Engine, QueuedCallbacksRunAfterTheWholeGraphInOrder) {
+  Tensor a = f64({1, 2}, {2}).set_requires_grad();
+  Tensor b = f64({3, 4}, {2}).set_requires_grad();
+  std::vector<std::string> events;
+  a.register_post_accumulate_grad_hook([&](Tensor&) {
+    events.push_back("a");
+    autograd::queue_callback([&] {
+      events.push_back("first");
+      autograd::queue_callback([&] { events.push_back("queued by a callback"); });
+    });
+    autograd::queue_callback([&] { events.push_back("second"); });
+  });
+  b.register_post_accumulate_grad_hook([&](Tensor&) { events.push_back("b"); });
+  // a's gradient is complete before b's: b sits deeper in the graph.
+  sum(a * 2.0 + exp(b) * 3.0).backward();
+  ASSERT_EQ(events.size(), 5u);
+  EXPECT_EQ(events[2], "first");
+  EXPECT_EQ(events[3], "second");
+  EXPECT_EQ(events[4], "queued by a callback");
+  EXPECT_TRUE((events[0] == "a" && events[1] == "b") || (events[0] == "b" && events[1] == "a"));
+}
+
+TEST(Engine, QueueCallbackOutsideBackwardIsAnError) {
+  EXPECT_THROW(autograd::queue_callback([] {}), ValueError);
+  Tensor a = f64({1}, {1}).set_requires_grad();
+  a.register_post_accumulate_grad_hook([](Tensor&) {
+    EXPECT_THROW(autograd::queue_callback(nullptr), ValueError);
+  });
+  sum(a).backward();
+}
+
+TEST(Engine, CallbacksOfAFailedPassAreDropped) {
+  Tensor a = f64({1}, {1}).set_requires_grad();
+  Tensor b = f64({1}, {1}).set_requires_grad();
+  bool ran = false;
+  a.register_post_accumulate_grad_hook([&](Tensor&) {
+    autograd::queue_callback([&] { ran = true; });
+    throw ValueError("hook failed");
+  });
+  EXPECT_THROW(sum(a + b).backward(), ValueError);
+  EXPECT_FALSE(ran);
+  // The next pass starts clean.
+  Tensor c = f64({1}, {1}).set_requires_grad();
+  bool ran_c = false;
+  c.register_post_accumulate_grad_hook([&](Tensor&) { autograd::queue_callback([&] { ran_c = true; }); });
+  sum(c).backward();
+  EXPECT_TRUE(ran_c);
+  EXPECT_FALSE(ran);
+}
+
 }  // namespace
 }  // namespace ddp

@@ -6,7 +6,8 @@
 // Parameters are grouped into buckets: in reverse registration order (the
 // order in which backward usually produces their gradients), separately per
 // device and dtype, the first bucket of each kind capped at 1 MiB (so the
-// first allreduce starts early) and the others at bucket_cap_mb. Each bucket
+// first allreduce starts early; at bucket_cap_mb when that is smaller) and
+// the others at bucket_cap_mb. Each bucket
 // is one flat buffer, and each parameter's .grad is a view into it, so the
 // gradients exist once and a bucket is communicated without packing.
 //
@@ -133,6 +134,7 @@ class Reducer {
   // ---- per backward pass ----
   bool armed_ = false;            // prepare_for_backward ran; hooks count
   bool callback_queued_ = false;
+  bool backward_done_ = false;    // a synchronised backward finished since the last forward
   std::vector<char> ready_;       // by parameter
   std::vector<char> used_;        // by parameter: got a gradient (or had one)
   size_t next_launch_ = 0;        // the next bucket to launch

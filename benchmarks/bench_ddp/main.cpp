@@ -1,0 +1,234 @@
+// bench_ddp: how much of DDP's communication hides behind backward.
+//
+//   bench_ddp --model resnet50 --batch-size 8 --image-size 112 --simulate-link 100,5,8 --json r.json
+//   mpirun -np 2 bench_ddp --model resnet20 --backend mpi --trace t.json
+//
+// For one model and backend it times a training step (forward, loss,
+// backward, SGD step) three ways: without DDP, with DDP, and with DDP under
+// no_sync (DDP's bookkeeping without communication); and, on its own, the
+// allreduce of all gradients in the same buckets. From these:
+//   exposed_comm_s  = step_s_ddp - step_s_no_sync   (communication not hidden)
+//   hidden_fraction = 1 - exposed_comm_s / allreduce_s
+// --trace writes the last DDP step's bucket timeline as Chrome trace JSON.
+// Usage and results: docs/benchmarks.md.
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_model.h"
+#include "ddp/dist/init.h"
+#include "ddp/optim/sgd.h"
+#include "ddp/parallel/distributed.h"
+#include "ddp/tensor/cuda.h"
+#include "ddp/version.h"
+#include "options.h"
+#include "simulated_link.h"
+
+namespace bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using ddp::Tensor;
+using ddp::Tensors;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+void sync_device(const ddp::Device& d) {
+  if (d.is_cuda()) ddp::cuda::synchronize(d.index);
+}
+
+struct Stats {
+  double median = 0, min = 0, max = 0;
+};
+Stats stats_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+// The slowest rank's value: a step is as slow as its slowest rank.
+double max_over_ranks(ddp::dist::ProcessGroup& g, double v) {
+  Tensor t = Tensor::full({1}, v, ddp::TensorOptions(ddp::DType::f64));
+  g.allreduce({t}, ddp::dist::ReduceOp::max)->wait(g.timeout());
+  return t.item<double>();
+}
+
+// Times `steps` calls of fn after `warmup` untimed ones.
+template <class Fn>
+Stats time_steps(const Options& o, ddp::dist::ProcessGroup& g, Fn&& fn) {
+  for (int i = 0; i < o.warmup; ++i) fn();
+  std::vector<double> t;
+  for (int i = 0; i < o.steps; ++i) {
+    g.barrier()->wait(g.timeout());
+    auto start = Clock::now();
+    fn();
+    sync_device(o.device);
+    t.push_back(max_over_ranks(g, seconds(Clock::now() - start)));
+  }
+  return stats_of(t);
+}
+
+// All gradients allreduced once, in DDP's buckets, with nothing to hide behind.
+Stats time_allreduce(const Options& o, ddp::dist::ProcessGroup& g,
+                     const std::vector<size_t>& bucket_bytes, ddp::DType dtype) {
+  Tensors buffers;
+  for (size_t b : bucket_bytes)
+    buffers.push_back(Tensor::zeros({int64_t(b / ddp::element_size(dtype))},
+                                    ddp::TensorOptions(dtype).device(o.device)));
+  return time_steps(o, g, [&] {
+    std::vector<ddp::dist::WorkPtr> work;
+    for (Tensor& b : buffers) work.push_back(g.allreduce({b}, ddp::dist::ReduceOp::avg));
+    for (auto& w : work) w->wait(g.timeout());
+  });
+}
+
+void write_trace(const std::string& path, int rank, Clock::time_point backward_start,
+                 Clock::time_point backward_end,
+                 const std::vector<ddp::parallel::BucketTiming>& timeline) {
+  auto us = [&](Clock::time_point t) {
+    return std::chrono::duration<double, std::micro>(t - backward_start).count();
+  };
+  std::string out = "{\"traceEvents\": [\n";
+  out += fmt::format(
+      "  {{\"name\": \"backward\", \"ph\": \"X\", \"pid\": {}, \"tid\": 0, \"ts\": 0, \"dur\": "
+      "{:.1f}}}",
+      rank, us(backward_end));
+  for (const auto& b : timeline) {
+    out += fmt::format(
+        ",\n  {{\"name\": \"bucket {} ready\", \"ph\": \"i\", \"s\": \"t\", \"pid\": {}, \"tid\": "
+        "0, \"ts\": {:.1f}}}",
+        b.index, rank, us(b.ready));
+    out += fmt::format(
+        ",\n  {{\"name\": \"allreduce bucket {} ({:.2f} MiB)\", \"ph\": \"X\", \"pid\": {}, "
+        "\"tid\": 1, \"ts\": {:.1f}, \"dur\": {:.1f}}}",
+        b.index, double(b.bytes) / (1 << 20), rank, us(b.launched), us(b.done) - us(b.launched));
+  }
+  out += fmt::format(
+      ",\n  {{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": {0}, \"tid\": 0, \"args\": "
+      "{{\"name\": \"compute (backward)\"}}}},\n  {{\"name\": \"thread_name\", \"ph\": \"M\", "
+      "\"pid\": {0}, \"tid\": 1, \"args\": {{\"name\": \"communication\"}}}}\n]}}\n",
+      rank);
+  std::ofstream(path) << out;
+}
+
+int run(const Options& o) {
+  ddp::dist::InitOptions init;
+  init.backend = o.backend;
+  init.device = o.device;
+  ddp::dist::World world = ddp::dist::init_process_group(init);
+  std::shared_ptr<ddp::dist::ProcessGroup> group = world.group;
+  std::string link_text = "none";
+  if (o.link) {
+    group = std::make_shared<SimulatedLinkGroup>(world.group, *o.link);
+    link_text = o.link->describe();
+  }
+  const bool rank0 = world.rank() == 0;
+
+  BenchModel plain = make_bench_model(o);
+  BenchModel wrapped = make_bench_model(o);
+  ddp::parallel::DDPOptions dopts;
+  dopts.bucket_cap_mb = o.bucket_cap_mb;
+  auto ddp_model = std::make_shared<ddp::parallel::DistributedDataParallel<ddp::nn::UnaryModule>>(
+      wrapped.module, group, dopts);
+  ddp::optim::SGD opt_plain(plain.module->parameters(), 0.01, {.momentum = 0.9});
+  ddp::optim::SGD opt_ddp(wrapped.module->parameters(), 0.01, {.momentum = 0.9});
+  Batch batch = make_batch(o, world.rank());
+
+  Clock::time_point bw_start, bw_end;
+  auto step_plain = [&] {
+    plain.loss(plain.module->forward(batch.x), batch.y).backward();
+    opt_plain.step();
+    opt_plain.zero_grad();
+  };
+  auto step_ddp = [&] {
+    Tensor loss = wrapped.loss(ddp_model->forward(batch.x), batch.y);
+    bw_start = Clock::now();
+    loss.backward();
+    bw_end = Clock::now();
+    opt_ddp.step();
+    opt_ddp.zero_grad();
+  };
+  auto step_no_sync = [&] {
+    auto guard = ddp_model->no_sync();
+    step_ddp();
+  };
+
+  if (rank0) {
+    fmt::print("# bench_ddp: libddp {}, model {} ({} parameters, {:.1f} MiB of gradients)\n",
+               DDP_VERSION_STRING, o.model, plain.num_params,
+               double(plain.grad_bytes) / (1 << 20));
+    fmt::print("# backend {} x {} ranks, device {}, batch {} per rank, bucket_cap_mb {}\n",
+               world.group->backend_name(), world.size(), o.device.str(), o.batch_size,
+               o.bucket_cap_mb);
+    fmt::print("# simulated link: {}\n", link_text);
+  }
+  Stats plain_t = time_steps(o, *group, step_plain);
+  Stats ddp_t = time_steps(o, *group, step_ddp);
+  auto timeline = ddp_model->reducer().last_timeline();
+  Stats no_sync_t = time_steps(o, *group, step_no_sync);
+  std::vector<size_t> bucket_bytes;
+  for (const auto& b : timeline) bucket_bytes.push_back(b.bytes);
+  Stats ar_t = time_allreduce(o, *group, bucket_bytes, plain.dtype);
+
+  const double exposed = std::max(0.0, ddp_t.median - no_sync_t.median);
+  const double hidden = ar_t.median > 0 ? std::clamp(1.0 - exposed / ar_t.median, 0.0, 1.0) : 1.0;
+  const double overhead = ddp_t.median / plain_t.median - 1.0;
+  if (rank0) {
+    fmt::print("#\n# {:>10} {:>12} {:>12} {:>12}\n", "step", "median (s)", "min (s)", "max (s)");
+    auto row = [](const char* name, const Stats& s) {
+      fmt::print("  {:>10} {:>12.5f} {:>12.5f} {:>12.5f}\n", name, s.median, s.min, s.max);
+    };
+    row("plain", plain_t);
+    row("ddp", ddp_t);
+    row("no_sync", no_sync_t);
+    row("allreduce", ar_t);
+    fmt::print("# buckets: {}; exposed communication {:.5f} s; hidden fraction {:.3f}; DDP step "
+               "vs plain {:+.1f}%\n",
+               bucket_bytes.size(), exposed, hidden, 100 * overhead);
+  }
+  if (!o.trace_path.empty())
+    write_trace(world.size() > 1 ? fmt::format("{}.rank{}", o.trace_path, world.rank())
+                                 : o.trace_path,
+                world.rank(), bw_start, bw_end, timeline);
+  if (rank0 && !o.json_path.empty()) {
+    std::string buckets;
+    for (size_t i = 0; i < bucket_bytes.size(); ++i)
+      buckets += fmt::format("{}{}", i ? ", " : "", bucket_bytes[i]);
+    std::ofstream(o.json_path) << fmt::format(
+        "{{\"model\": \"{}\", \"backend\": \"{}\", \"world_size\": {}, \"device\": \"{}\", "
+        "\"batch_size\": {}, \"bucket_cap_mb\": {}, \"simulated_link\": \"{}\", "
+        "\"num_params\": {}, \"bucket_bytes\": [{}], \"steps\": {}, \"step_s_plain\": {:.6g}, "
+        "\"step_s_ddp\": {:.6g}, \"step_s_no_sync\": {:.6g}, \"allreduce_s\": {:.6g}, "
+        "\"exposed_comm_s\": {:.6g}, \"hidden_fraction\": {:.6g}, \"ddp_overhead\": {:.6g}}}\n",
+        o.model, world.group->backend_name(), world.size(), o.device.str(), o.batch_size,
+        o.bucket_cap_mb, link_text, plain.num_params, buckets, o.steps, plain_t.median,
+        ddp_t.median, no_sync_t.median, ar_t.median, exposed, hidden, overhead);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace bench
+
+int main(int argc, char** argv) {
+  bench::Options o;
+  try {
+    o = bench::parse_options(argc, argv);
+  } catch (const bench::UsageExit& e) {
+    std::fputs(e.what(), e.code == 0 ? stdout : stderr);
+    return e.code;
+  }
+  try {
+    return bench::run(o);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_ddp: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,35 @@
+#pragma once
+// bench_ddp's command line.
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "ddp/core/device.h"
+#include "simulated_link.h"
+
+namespace bench {
+
+struct Options {
+  std::string model = "resnet20";  // resnet20|resnet50|gpt-tiny|gpt2
+  std::string backend;             // empty: init_process_group's default
+  ddp::Device device = ddp::Device::cpu();
+  int batch_size = 8;              // per rank
+  int image_size = 0;              // 0: the model's own (32 for resnet20, 224 for resnet50)
+  int seq_len = 0;                 // 0: 64 for gpt-tiny, 1024 for gpt2
+  int steps = 10;
+  int warmup = 3;
+  double bucket_cap_mb = 25.0;
+  std::optional<LinkModel> link;
+  std::string json_path, trace_path;
+};
+
+// --help, or a bad command line: the text to print and the exit status.
+struct UsageExit : std::runtime_error {
+  UsageExit(const std::string& text, int c) : std::runtime_error(text), code(c) {}
+  int code;
+};
+
+Options parse_options(int argc, char** argv);
+
+}  // namespace bench
