@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "ddp/tensor/ops.h"
+#include "optim/foreach.h"
 #include "optim_util.h"
 
 namespace ddp::optim {
@@ -22,41 +23,41 @@ AdamW::AdamW(const Tensors& params, double lr, AdamWOptions options)
 AdamW::AdamW(std::vector<ParamGroup> groups, double lr, AdamWOptions options)
     : Optimizer("AdamW", std::move(groups), lr, checked(options).weight_decay), options_(options) {}
 
-void AdamW::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                   nn::TensorDict& state) {
+void AdamW::update_group(const ParamGroup& group, const Tensors& params, const Tensors& grads,
+                         const std::vector<nn::TensorDict*>& states) {
   const AdamWOptions& o = options_;
   const double lr = *group.lr, beta1 = o.betas[0], beta2 = o.betas[1];
-  if (state.empty()) {
-    state.insert("step", Tensor::scalar(0.0, DType::f64));
-    state.insert("exp_avg", zeros_like(param));
-    state.insert("exp_avg_sq", zeros_like(param));
-    if (o.amsgrad) state.insert("max_exp_avg_sq", zeros_like(param));
+  Tensors exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+  std::vector<kernels::AdamWTensorScalars> per_tensor;
+  for (size_t k = 0; k < params.size(); ++k) {
+    nn::TensorDict& state = *states[k];
+    if (state.empty()) {
+      state.insert("step", Tensor::scalar(0.0, DType::f64));
+      state.insert("exp_avg", zeros_like(params[k]));
+      state.insert("exp_avg_sq", zeros_like(params[k]));
+      if (o.amsgrad) state.insert("max_exp_avg_sq", zeros_like(params[k]));
+    }
+    // Each parameter counts its own steps (one without a gradient is not
+    // stepped), so the bias corrections are per tensor. The count lives on
+    // the host as a tensor, to be part of the state dict, and is read back
+    // here as torch does when not capturable.
+    Tensor& step_t = state.at("step");
+    const double step = step_t.item<double>() + 1;
+    step_t.fill_(step);
+    per_tensor.push_back({.step_size = lr / (1.0 - std::pow(beta1, step)),
+                          .bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, step))});
+    exp_avgs.push_back(state.at("exp_avg"));
+    exp_avg_sqs.push_back(state.at("exp_avg_sq"));
+    if (o.amsgrad) max_exp_avg_sqs.push_back(state.at("max_exp_avg_sq"));
   }
-  Tensor g = o.maximize ? neg(grad) : grad;
-  Tensor& step_t = state.at("step");
-  // The count lives on the host as a tensor (so that it is part of the
-  // state dict) and is read back here, as torch does when not capturable.
-  const double step = step_t.item<double>() + 1;
-  step_t.fill_(step);
-
-  Tensor p = param;  // a handle to the same data
-  p.mul_(1.0 - lr * *group.weight_decay);
-  Tensor& m = state.at("exp_avg");
-  Tensor& v = state.at("exp_avg_sq");
-  m.mul_(beta1).add_(g, 1.0 - beta1);
-  v.mul_(beta2).add_(mul(g, g), 1.0 - beta2);
-
-  const double bias_correction1 = 1.0 - std::pow(beta1, step);
-  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, step));
-  const double step_size = lr / bias_correction1;
-  Tensor second = v;
-  if (o.amsgrad) {
-    Tensor& vmax = state.at("max_exp_avg_sq");
-    vmax.copy_(maximum(vmax, v));
-    second = vmax;
-  }
-  Tensor denom = add(div(sqrt(second), bias_correction2_sqrt), o.eps);
-  p.add_(div(m, denom), -step_size);
+  multi_tensor::adamw_step(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, per_tensor,
+                           {.lr = lr,
+                            .weight_decay = *group.weight_decay,
+                            .beta1 = beta1,
+                            .beta2 = beta2,
+                            .eps = o.eps,
+                            .amsgrad = o.amsgrad,
+                            .maximize = o.maximize});
 }
 
 nn::TensorDict AdamW::options_state() const {

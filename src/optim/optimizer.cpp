@@ -52,11 +52,18 @@ void Optimizer::step() {
   NoGradGuard no_grad;
   size_t i = 0;
   for (const ParamGroup& group : groups_) {
+    Tensors params, grads;
+    std::vector<nn::TensorDict*> states;
     for (const Tensor& p : group.params) {
       Tensor grad = p.grad();
-      if (grad.defined()) update(group, p, grad, state_[i]);
+      if (grad.defined()) {
+        params.push_back(p);
+        grads.push_back(grad);
+        states.push_back(&state_[i]);
+      }
       ++i;
     }
+    if (!params.empty()) update_group(group, params, grads, states);
   }
 }
 

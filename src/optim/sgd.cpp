@@ -1,6 +1,7 @@
 #include "ddp/optim/sgd.h"
 
 #include "ddp/tensor/ops.h"
+#include "optim/foreach.h"
 #include "optim_util.h"
 
 namespace ddp::optim {
@@ -22,24 +23,35 @@ SGD::SGD(const Tensors& params, double lr, SGDOptions options)
 SGD::SGD(std::vector<ParamGroup> groups, double lr, SGDOptions options)
     : Optimizer("SGD", std::move(groups), lr, checked(options).weight_decay), options_(options) {}
 
-void SGD::update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                 nn::TensorDict& state) {
+void SGD::update_group(const ParamGroup& group, const Tensors& params, const Tensors& grads,
+                       const std::vector<nn::TensorDict*>& states) {
   const SGDOptions& o = options_;
-  // d is a fresh tensor from here on, never the .grad itself, which the
-  // in-place updates below must not touch.
-  Tensor d = o.maximize ? neg(grad) : grad;
-  if (*group.weight_decay != 0) d = add(d, mul(param, *group.weight_decay));
+  Tensors bufs;
+  std::vector<uint8_t> fresh;
   if (o.momentum != 0) {
-    Tensor* buf = state.find("momentum_buffer");
-    if (!buf) {
-      buf = &state.insert("momentum_buffer", d.clone());
-    } else {
-      buf->mul_(o.momentum).add_(d, 1.0 - o.dampening);
+    for (size_t k = 0; k < params.size(); ++k) {
+      // A new buffer is filled by the step itself (it starts as the
+      // gradient, as in torch), so it needs no zeros first.
+      Tensor* buf = states[k]->find("momentum_buffer");
+      fresh.push_back(buf == nullptr);
+      if (!buf) buf = &states[k]->insert("momentum_buffer", empty_like(params[k]));
+      bufs.push_back(*buf);
     }
-    d = o.nesterov ? add(d, mul(*buf, o.momentum)) : *buf;
   }
-  Tensor p = param;  // a handle to the same data
-  p.add_(d, -*group.lr);
+  try {
+    multi_tensor::sgd_step(params, grads, bufs, fresh,
+                           {.lr = *group.lr,
+                            .weight_decay = *group.weight_decay,
+                            .momentum = o.momentum,
+                            .dampening = o.dampening,
+                            .nesterov = o.nesterov,
+                            .maximize = o.maximize});
+  } catch (...) {
+    // Buffers created for this step were never written: drop them.
+    for (size_t k = 0; k < fresh.size(); ++k)
+      if (fresh[k]) states[k]->erase("momentum_buffer");
+    throw;
+  }
 }
 
 nn::TensorDict SGD::options_state() const {

@@ -31,8 +31,8 @@ class AdamW : public Optimizer {
   const AdamWOptions& options() const { return options_; }
 
  protected:
-  void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-              nn::TensorDict& state) override;
+  void update_group(const ParamGroup& group, const Tensors& params, const Tensors& grads,
+                    const std::vector<nn::TensorDict*>& states) override;
   nn::TensorDict options_state() const override;
   void load_options(const nn::TensorDict& options) override;
   std::vector<std::string> state_names() const override;

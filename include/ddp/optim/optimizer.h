@@ -9,6 +9,14 @@
 //   optim::SGD opt(model.parameters(), /*lr=*/0.1, {.momentum = 0.9});
 //   loss.backward(); opt.step(); opt.zero_grad();
 //
+// Note [Fused optimizer steps]
+// step() hands each group's parameters that have a gradient to the
+// optimizer at once (update_group), and SGD and AdamW update the whole list
+// with the multi-tensor ops of src/optim/foreach.h: on a GPU one kernel
+// launch per group and dtype (a few hundred tensors per launch), not a chain
+// of tensor ops per parameter; on the CPU the same element formula, which
+// rounds like torch.optim's step (Note [Foreach numerics]).
+//
 // Note [Optimizer state layout]
 // torch's Optimizer.state_dict() is a nested dict:
 //   {"state": {0: {"momentum_buffer": t}, ...},
@@ -79,9 +87,11 @@ class Optimizer {
   // requires grad and in one group only.
   Optimizer(std::string name, std::vector<ParamGroup> groups, double lr, double weight_decay);
 
-  // Updates one parameter, whose gradient is defined, with its state.
-  virtual void update(const ParamGroup& group, const Tensor& param, const Tensor& grad,
-                      nn::TensorDict& state) = 0;
+  // Updates the parameters of one group that have a gradient: params[k]
+  // with grads[k] and its state *states[k] (empty before its first step).
+  // See Note [Fused optimizer steps].
+  virtual void update_group(const ParamGroup& group, const Tensors& params, const Tensors& grads,
+                            const std::vector<nn::TensorDict*>& states) = 0;
   // The optimizer-wide options as tensors, keyed by option name (without
   // lr and weight_decay, which are per group).
   virtual nn::TensorDict options_state() const = 0;

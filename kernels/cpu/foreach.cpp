@@ -1,0 +1,109 @@
+// CPU multi-tensor kernels; see kernels/cpu/foreach.h. Serial loops: the
+// reductions then add in one fixed order and are deterministic.
+
+#include "cpu/foreach.h"
+
+#include <cmath>
+
+#include "common/scalar_cast.h"
+#include "ddp/core/dispatch.h"
+
+namespace ddp::cpu {
+
+using kernels::load;
+using kernels::store;
+
+namespace {
+
+template <class T>
+T* data_of(const Tensors& list, size_t k) {
+  return list.empty() ? nullptr : static_cast<T*>(list[k].data_ptr());
+}
+
+}  // namespace
+
+void foreach_sgd(const Tensors& params, const Tensors& grads, const Tensors& bufs,
+                 const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s) {
+  if (params.empty()) return;
+  dispatch_floating(params[0].dtype(), "foreach_sgd", [&]<class T>() {
+    using C = compute_t<T>;
+    for (size_t k = 0; k < params.size(); ++k) {
+      T* p = data_of<T>(params, k);
+      const T* g = data_of<T>(grads, k);
+      T* b = data_of<T>(bufs, k);
+      const bool is_fresh = !fresh.empty() && fresh[k];
+      const int64_t n = params[k].numel();
+      for (int64_t i = 0; i < n; ++i) {
+        C pv = load(p[i]);
+        C bv = b && !is_fresh ? load(b[i]) : C(0);
+        kernels::sgd_element(pv, load(g[i]), bv, is_fresh, s);
+        p[i] = store<T>(pv);
+        if (b) b[i] = store<T>(bv);
+      }
+    }
+  });
+}
+
+void foreach_adamw(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
+                   const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
+                   const std::vector<kernels::AdamWTensorScalars>& per_tensor,
+                   const kernels::AdamWScalars& s) {
+  if (params.empty()) return;
+  dispatch_floating(params[0].dtype(), "foreach_adamw", [&]<class T>() {
+    using C = compute_t<T>;
+    for (size_t k = 0; k < params.size(); ++k) {
+      T* p = data_of<T>(params, k);
+      const T* g = data_of<T>(grads, k);
+      T* m = data_of<T>(exp_avgs, k);
+      T* v = data_of<T>(exp_avg_sqs, k);
+      T* vmax = data_of<T>(max_exp_avg_sqs, k);
+      const int64_t n = params[k].numel();
+      for (int64_t i = 0; i < n; ++i) {
+        C pv = load(p[i]), mv = load(m[i]), vv = load(v[i]);
+        C vmaxv = vmax ? load(vmax[i]) : C(0);
+        kernels::adamw_element(pv, load(g[i]), mv, vv, vmaxv, s, per_tensor[k]);
+        p[i] = store<T>(pv);
+        m[i] = store<T>(mv);
+        v[i] = store<T>(vv);
+        if (vmax) vmax[i] = store<T>(vmaxv);
+      }
+    }
+  });
+}
+
+double foreach_norm(const Tensors& xs, double p) {
+  const bool is_max = std::isinf(p);
+  double acc = 0;
+  for (const Tensor& x : xs) {
+    dispatch_floating(x.dtype(), "foreach_norm", [&]<class T>() {
+      const T* d = static_cast<const T*>(x.data_ptr());
+      const int64_t n = x.numel();
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = double(load(d[i]));
+        acc = is_max ? kernels::max_propagating_nan(acc, std::abs(v))
+                     : acc + kernels::norm_term(v, p);
+      }
+    });
+  }
+  return acc;
+}
+
+bool foreach_mul_(const Tensors& xs, double factor) {
+  bool found = false;
+  for (const Tensor& x : xs) {
+    dispatch_floating(x.dtype(), "foreach_mul_", [&]<class T>() {
+      using C = compute_t<T>;
+      const C f = C(factor);
+      T* d = static_cast<T*>(x.data_ptr());
+      const int64_t n = x.numel();
+      for (int64_t i = 0; i < n; ++i) {
+        const C v = load(d[i]);
+        found = found || !kernels::is_finite_value(v);
+        d[i] = store<T>(v * f);
+      }
+    });
+  }
+  return found;
+}
+
+}  // namespace ddp::cpu

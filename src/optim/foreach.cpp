@@ -1,0 +1,179 @@
+// See src/optim/foreach.h: argument checks, dtype buckets, staging of
+// non-contiguous tensors, and the choice between the CPU kernels and the
+// CUDA launchers.
+
+#include "optim/foreach.h"
+
+#include <array>
+#include <cmath>
+#include <map>
+
+#include "cpu/foreach.h"
+#include "ddp/autograd/grad_mode.h"
+
+namespace ddp::optim::multi_tensor {
+
+namespace {
+
+// Checks one list against the parameters (see foreach.h): `optional` lists
+// may be empty.
+void check_list(const char* op, const char* what, const Tensors& list, const Tensors& params,
+                bool optional) {
+  if (optional && list.empty()) return;
+  DDP_CHECK(list.size() == params.size(), "foreach {}: {} {} tensors for {} parameters", op,
+            list.size(), what, params.size());
+  for (size_t k = 0; k < list.size(); ++k) {
+    const Tensor& t = list[k];
+    const Tensor& p = params[k];
+    DDP_CHECK(t.defined(), "foreach {}: {}[{}] is undefined", op, what, k);
+    DDP_CHECK_T(DeviceError, t.device() == params[0].device(),
+                "foreach {}: {}[{}] is {}, but {}[0] is on {}; all tensors must be on one "
+                "device",
+                op, what, k, t.describe(), "params", params[0].device().str());
+    DDP_CHECK(is_floating(t.dtype()), "foreach {}: {}[{}] is {}; expected a floating dtype", op,
+              what, k, t.describe());
+    DDP_CHECK(t.shape() == p.shape() && t.dtype() == p.dtype(),
+              "foreach {}: {}[{}] is {}, but params[{}] is {}", op, what, k, t.describe(), k,
+              p.describe());
+  }
+}
+
+// Contiguous stand-ins for the tensors a kernel writes; finish() copies the
+// results back into the non-contiguous originals.
+class Staged {
+ public:
+  Tensors stage(const Tensors& list) {
+    Tensors out = list;
+    for (Tensor& t : out) {
+      if (t.is_contiguous()) continue;
+      Tensor c = t.contiguous();
+      back_.push_back({t, c});
+      t = c;
+    }
+    return out;
+  }
+  void finish() {
+    for (auto& [original, copy] : back_) original.copy_(copy);
+  }
+
+ private:
+  std::vector<std::pair<Tensor, Tensor>> back_;
+};
+
+Tensors contiguous(const Tensors& list) {
+  Tensors out = list;
+  for (Tensor& t : out) t = t.contiguous();
+  return out;
+}
+
+// Indices of params by dtype, each in order.
+std::map<DType, std::vector<size_t>> by_dtype(const Tensors& params) {
+  std::map<DType, std::vector<size_t>> out;
+  for (size_t k = 0; k < params.size(); ++k) out[params[k].dtype()].push_back(k);
+  return out;
+}
+
+template <class T>
+std::vector<T> pick(const std::vector<T>& list, const std::vector<size_t>& idx) {
+  if (list.empty()) return {};
+  std::vector<T> out;
+  out.reserve(idx.size());
+  for (size_t k : idx) out.push_back(list[k]);
+  return out;
+}
+
+// All of xs on one device, floating; returns false for an empty list.
+bool check_flat(const char* op, const Tensors& xs) {
+  for (size_t k = 0; k < xs.size(); ++k) {
+    DDP_CHECK(xs[k].defined(), "foreach {}: tensor {} is undefined", op, k);
+    DDP_CHECK(is_floating(xs[k].dtype()), "foreach {}: tensor {} is {}; expected a floating dtype",
+              op, k, xs[k].describe());
+    DDP_CHECK_T(DeviceError, xs[k].device() == xs[0].device(),
+                "foreach {}: tensor {} is {}, but tensor 0 is on {}; all tensors must be on one "
+                "device",
+                op, k, xs[k].describe(), xs[0].device().str());
+  }
+  return !xs.empty();
+}
+
+}  // namespace
+
+void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
+              const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s) {
+  check_list("sgd_step", "params", params, params, false);
+  check_list("sgd_step", "grads", grads, params, false);
+  check_list("sgd_step", "momentum buffers", bufs, params, true);
+  DDP_CHECK(fresh.empty() || fresh.size() == params.size(),
+            "foreach sgd_step: {} fresh flags for {} parameters", fresh.size(), params.size());
+  if (params.empty()) return;
+  NoGradGuard no_grad;
+  const bool on_cuda = params[0].is_cuda();
+  for (const auto& [dtype, idx] : by_dtype(params)) {
+    Staged staged;
+    Tensors p = staged.stage(pick(params, idx)), b = staged.stage(pick(bufs, idx));
+    Tensors g = contiguous(pick(grads, idx));
+    std::vector<uint8_t> f = pick(fresh, idx);
+    if (on_cuda)
+      cuda_impl::sgd_step(p, g, b, f, s);
+    else
+      cpu::foreach_sgd(p, g, b, f, s);
+    staged.finish();
+  }
+}
+
+void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
+                const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
+                const std::vector<kernels::AdamWTensorScalars>& per_tensor,
+                const kernels::AdamWScalars& s) {
+  check_list("adamw_step", "params", params, params, false);
+  check_list("adamw_step", "grads", grads, params, false);
+  check_list("adamw_step", "exp_avgs", exp_avgs, params, false);
+  check_list("adamw_step", "exp_avg_sqs", exp_avg_sqs, params, false);
+  check_list("adamw_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !s.amsgrad);
+  DDP_CHECK(s.amsgrad || max_exp_avg_sqs.empty(),
+            "foreach adamw_step: max_exp_avg_sqs given without amsgrad");
+  DDP_CHECK(per_tensor.size() == params.size(),
+            "foreach adamw_step: {} bias corrections for {} parameters", per_tensor.size(),
+            params.size());
+  if (params.empty()) return;
+  NoGradGuard no_grad;
+  const bool on_cuda = params[0].is_cuda();
+  for (const auto& [dtype, idx] : by_dtype(params)) {
+    Staged staged;
+    Tensors p = staged.stage(pick(params, idx)), m = staged.stage(pick(exp_avgs, idx)),
+            v = staged.stage(pick(exp_avg_sqs, idx)),
+            vmax = staged.stage(pick(max_exp_avg_sqs, idx));
+    Tensors g = contiguous(pick(grads, idx));
+    auto t = pick(per_tensor, idx);
+    if (on_cuda)
+      cuda_impl::adamw_step(p, g, m, v, vmax, t, s);
+    else
+      cpu::foreach_adamw(p, g, m, v, vmax, t, s);
+    staged.finish();
+  }
+}
+
+double pow_sum(const Tensors& xs, double p) {
+  DDP_CHECK(p > 0, "foreach pow_sum: the order p must be > 0, got {}", p);
+  if (!check_flat("pow_sum", xs)) return 0.0;
+  NoGradGuard no_grad;
+  Tensors c = contiguous(xs);
+  return xs[0].is_cuda() ? cuda_impl::pow_sum(c, p) : cpu::foreach_norm(c, p);
+}
+
+bool mul_(const Tensors& xs, double factor, bool check_finite) {
+  if (!check_flat("mul_", xs)) return false;
+  NoGradGuard no_grad;
+  Staged staged;
+  Tensors c = staged.stage(xs);
+  bool found = false;
+  if (xs[0].is_cuda()) {
+    found = cuda_impl::mul_(c, factor, check_finite);
+  } else {
+    found = cpu::foreach_mul_(c, factor) && check_finite;
+  }
+  staged.finish();
+  return found;
+}
+
+}  // namespace ddp::optim::multi_tensor

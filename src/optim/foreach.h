@@ -1,0 +1,73 @@
+#pragma once
+// Multi-tensor ("foreach") numerics of the optimizers, the gradient clipping
+// and the GradScaler: each op takes whole lists of tensors and, on CUDA,
+// runs as one kernel launch per dtype (Note [Multi-tensor launches] in
+// kernels/cuda/foreach.cu) instead of a chain of tensor ops per tensor.
+// Internal to libddp (src/optim, src/amp).
+//
+// Note [Foreach numerics]
+// One formula per op, in kernels/common/foreach_math.h, is compiled for both
+// backends (kernels/cpu/foreach.cpp, kernels/cuda/foreach.cu). Each element
+// is loaded once into the compute type (f32 for f16/bf16/f32, f64 for f64),
+// updated with torch.optim's single-tensor order of operations and stored
+// once, so f16/bf16 parameters and their state are updated in f32 and
+// rounded once per step. On the CPU nothing is contracted into fused
+// multiply-adds, and an f32 or f64 step rounds operation for operation like
+// torch's CPU step (the golden tests in tests/optim hold it to 1e-6 and
+// 1e-12); the GPU may contract a*b+c into one rounding, so GPU and CPU agree
+// to a few f32 ulps per step, not bit for bit. Reductions accumulate in f64.
+//
+// The lists: params[k] (and every other list's entry k) is one tensor; all
+// entries share params[k]'s shape, dtype and device, and every tensor lies
+// on one device. Violations raise ValueError (DeviceError for a second
+// device) naming the op and the entry. Tensors need not be contiguous (a
+// non-contiguous one is staged through a contiguous copy); tensors of
+// several dtypes are split into one bucket per dtype.
+
+#include <cstdint>
+#include <vector>
+
+#include "common/foreach_math.h"
+#include "ddp/tensor/tensor.h"
+
+namespace ddp::optim::multi_tensor {
+
+// One SGD step (ddp/optim/sgd.h) of every params[k] with grads[k]. bufs:
+// the momentum buffers (empty when momentum == 0); fresh[k] != 0 marks a
+// buffer created for this step, which starts as the gradient.
+void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
+              const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s);
+
+// One AdamW step (ddp/optim/adamw.h); max_exp_avg_sqs is empty without
+// amsgrad; per_tensor[k] holds params[k]'s bias corrections.
+void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
+                const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
+                const std::vector<kernels::AdamWTensorScalars>& per_tensor,
+                const kernels::AdamWScalars& s);
+
+// Σ |x|^p over all elements of all tensors (p > 0 finite), or max |x| for
+// p = inf; NaN when an element is NaN. One pass over the data; reading the
+// result back waits for the device. 0 for an empty list.
+double pow_sum(const Tensors& xs, double p);
+
+// x *= factor for every tensor, in one pass. With check_finite, returns
+// whether any element was inf or NaN before the multiplication (reading the
+// flag back waits for the device); otherwise returns false without waiting.
+bool mul_(const Tensors& xs, double factor, bool check_finite);
+
+// The CUDA side, with no CUDA types in sight: foreach_cuda.cpp makes the
+// tensors' device current and queues the launchers of kernels/cuda/foreach.h
+// on its current stream; foreach_nocuda.cpp raises DeviceError. Lists as
+// checked and staged by foreach.cpp (contiguous; the steps: one dtype).
+namespace cuda_impl {
+void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
+              const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s);
+void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
+                const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
+                const std::vector<kernels::AdamWTensorScalars>& per_tensor,
+                const kernels::AdamWScalars& s);
+double pow_sum(const Tensors& xs, double p);
+bool mul_(const Tensors& xs, double factor, bool check_finite);
+}  // namespace cuda_impl
+
+}  // namespace ddp::optim::multi_tensor
