@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "amp/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/backend.h"
 #include "ddp/tensor/ops.h"
@@ -29,6 +30,11 @@ Tensor mask_as(const Tensor& mask, DType dtype) { return mask.to(dtype); }
 // ---- unary ----------------------------------------------------------------
 
 Tensor unary(UnaryOp op, const Tensor& x) {
+  // See Note [Autocast policy]: only the unary ops the table lists.
+  if (const int ac = amp::detail::kUnaryAutocastOp[int(op)];
+      ac >= 0 && amp::detail::autocast_active())
+    return amp::detail::autocast_call(amp::detail::AutocastOp(ac), {x},
+                                      [op](const Tensors& t) { return unary(op, t[0]); });
   const char* name = op_name(op);
   check_defined(name, x, "x");
   DType dt = x.dtype();
@@ -259,6 +265,9 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
 // torch). Autograd follows the ops it is built of; only x^0 records its own
 // (zero) gradient.
 Tensor pow(const Tensor& x, double e) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::pow, {x},
+                                      [e](const Tensors& t) { return pow(t[0], e); });
   const char* name = "pow";
   check_defined(name, x, "x");
   DDP_CHECK_T(DTypeError, x.dtype() != DType::bool_, "pow: bool tensors are not supported, got {}",

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <string>
 
+#include "amp/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/backend.h"
 #include "ddp/tensor/ops.h"
@@ -38,6 +39,9 @@ void check_index_range(const char* op, const Tensor& index, int64_t size, const 
 // ---- cat / stack ----------------------------------------------------------------
 
 Tensor cat(const Tensors& xs, int64_t dim) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::cat, xs,
+                                      [dim](const Tensors& t) { return cat(t, dim); });
   const char* name = "cat";
   DDP_CHECK(!xs.empty(), "cat: expected at least one tensor");
   for (const Tensor& x : xs) check_defined(name, x, "xs");
@@ -88,6 +92,9 @@ Tensor cat(const Tensors& xs, int64_t dim) {
 }
 
 Tensor stack(const Tensors& xs, int64_t dim) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::stack, xs,
+                                      [dim](const Tensors& t) { return stack(t, dim); });
   const char* name = "stack";
   DDP_CHECK(!xs.empty(), "stack: expected at least one tensor");
   for (const Tensor& x : xs) check_defined(name, x, "xs");

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "amp/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/backend.h"
 #include "ddp/tensor/ops.h"
@@ -101,6 +102,9 @@ Shape batch_of(const Tensor& t) { return Shape(t.shape().begin(), t.shape().end(
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::matmul, {a, b},
+                                      [](const Tensors& t) { return matmul(t[0], t[1]); });
   const char* name = "matmul";
   check_operands(name, a, b);
   DDP_CHECK_T(ShapeError, a.dim() >= 1 && b.dim() >= 1,
@@ -144,6 +148,9 @@ Tensor matmul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor bmm(const Tensor& a, const Tensor& b) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::bmm, {a, b},
+                                      [](const Tensors& t) { return bmm(t[0], t[1]); });
   const char* name = "bmm";
   check_operands(name, a, b);
   DDP_CHECK_T(ShapeError, a.dim() == 3 && b.dim() == 3,

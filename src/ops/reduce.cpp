@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "amp/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/backend.h"
 #include "ddp/tensor/ops.h"
@@ -107,6 +108,9 @@ Tensor reduce_kernel(const char* op, ReduceOp rop, const RowsView& rv, const Sha
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::sum, {x},
+                                      [&](const Tensors& t) { return sum(t[0], dims, keepdim); });
   check_defined("sum", x, "x");
   std::vector<int64_t> d = normalize_dims("sum", x, dims);
   return sum_into("sum", x, d, reduced_shape(x.shape(), d, keepdim));
@@ -119,6 +123,9 @@ Tensor sum(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 // (like torch's f32 accumulation): their intermediate sums would overflow
 // f16's range (65504) long before the result does.
 Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::mean, {x},
+                                      [&](const Tensors& t) { return mean(t[0], dims, keepdim); });
   check_defined("mean", x, "x");
   check_floating("mean", x);
   if (is_half(x.dtype())) return mean(x.to(DType::f32), dims, keepdim).to(x.dtype());
@@ -128,6 +135,10 @@ Tensor mean(const Tensor& x, const std::vector<int64_t>& dims, bool keepdim) {
 }
 
 Tensor var(const Tensor& x, const std::vector<int64_t>& dims, int64_t correction, bool keepdim) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::var, {x}, [&](const Tensors& t) {
+      return var(t[0], dims, correction, keepdim);
+    });
   check_defined("var", x, "x");
   check_floating("var", x);
   if (is_half(x.dtype())) return var(x.to(DType::f32), dims, correction, keepdim).to(x.dtype());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "amp/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/backend.h"
 #include "ddp/tensor/ops.h"
@@ -60,8 +61,16 @@ Tensor softmax_impl(const char* name, bool log, const Tensor& x, int64_t dim) {
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int64_t dim) { return softmax_impl("softmax", false, x, dim); }
+Tensor softmax(const Tensor& x, int64_t dim) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::softmax, {x},
+                                      [dim](const Tensors& t) { return softmax(t[0], dim); });
+  return softmax_impl("softmax", false, x, dim);
+}
 Tensor log_softmax(const Tensor& x, int64_t dim) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::log_softmax, {x},
+                                      [dim](const Tensors& t) { return log_softmax(t[0], dim); });
   return softmax_impl("log_softmax", true, x, dim);
 }
 

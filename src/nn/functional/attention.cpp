@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "amp/autocast_policy.h"
 #include "ddp/core/error.h"
 #include "ddp/tensor/ops.h"
 #include "nn/functional/attention_fused.h"
@@ -63,6 +64,11 @@ double resolve_scale(const Tensor& q, std::optional<double> scale) {
 
 Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
                                     bool is_causal, std::optional<double> scale) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(
+        amp::detail::AutocastOp::scaled_dot_product_attention, {q, k, v}, [&](const Tensors& t) {
+          return scaled_dot_product_attention(t[0], t[1], t[2], is_causal, scale);
+        });
   check_inputs(q, k, v, is_causal);
   const double s = resolve_scale(q, scale);
   if (detail::fused_attention_supports(q, k) && q.size(2) > 0 && k.size(2) > 0)
@@ -72,6 +78,11 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 
 Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                                               bool is_causal, std::optional<double> scale) {
+  if (amp::detail::autocast_active())  // the same policy as the op it stands in for
+    return amp::detail::autocast_call(
+        amp::detail::AutocastOp::scaled_dot_product_attention, {q, k, v}, [&](const Tensors& t) {
+          return scaled_dot_product_attention_reference(t[0], t[1], t[2], is_causal, scale);
+        });
   check_inputs(q, k, v, is_causal);
   return reference_path(q, k, v, is_causal, resolve_scale(q, scale));
 }

@@ -4,6 +4,7 @@
 
 #include "ddp/nn/functional/batch_norm.h"
 
+#include "amp/autocast_policy.h"
 #include "cpu/batch_norm.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/autograd/node.h"
@@ -121,6 +122,12 @@ Tensor batch_norm_cpu(const std::string& who, const Tensor& x, const Tensor& rm,
 Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& running_var,
                   const Tensor& weight, const Tensor& bias, bool use_batch_stats, double momentum,
                   double eps, const std::string& who_in) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]; running stats stay as they are
+    return amp::detail::autocast_call(
+        amp::detail::AutocastOp::batch_norm, {x, weight, bias}, [&](const Tensors& t) {
+          return batch_norm(t[0], running_mean, running_var, t[1], t[2], use_batch_stats, momentum,
+                            eps, who_in);
+        });
   const std::string who = who_in.empty() ? "batch_norm" : who_in;
   check_args(who, x, {running_mean, running_var, weight, bias});
   DDP_CHECK(use_batch_stats || (running_mean.defined() && running_var.defined()),

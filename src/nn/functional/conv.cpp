@@ -23,6 +23,7 @@
 
 #include <fmt/format.h>
 
+#include "amp/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "ddp/config.h"
 #include "ddp/core/error.h"
@@ -146,6 +147,10 @@ void run_backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& 
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& params,
               const std::string& who_in) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(
+        amp::detail::AutocastOp::conv2d, {x, weight, bias},
+        [&](const Tensors& t) { return conv2d(t[0], t[1], t[2], params, who_in); });
   const std::string who = who_in.empty() ? "conv2d" : who_in;
   ConvGeometry g = check_args(who, x, weight, bias, params);
   if (!x.is_cuda() && (g.dtype == DType::f16 || g.dtype == DType::bf16)) {

@@ -3,6 +3,7 @@
 
 #include "ddp/nn/functional/layer_norm.h"
 
+#include "amp/autocast_policy.h"
 #include "cpu/nn_kernels.h"
 #include "ddp/autograd/node.h"
 #include "nn/functional/checks.h"
@@ -32,6 +33,10 @@ void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, const T
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(
+        amp::detail::AutocastOp::layer_norm, {x, weight, bias},
+        [&](const Tensors& t) { return layer_norm(t[0], normalized_shape, t[1], t[2], eps); });
   const char* op = "layer_norm";
   detail::check_floating(op, x, "input");
   detail::check_like(op, weight, "weight", x);

@@ -5,6 +5,7 @@
 
 #include "ddp/nn/functional/linear.h"
 
+#include "amp/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/ops.h"
 #include "nn/functional/checks.h"
@@ -40,6 +41,9 @@ Tensor linear_cuda(const Tensor& x, const Tensor& x2d, const Tensor& weight, con
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(amp::detail::AutocastOp::linear, {x, weight, bias},
+                                      [](const Tensors& t) { return linear(t[0], t[1], t[2]); });
   const char* op = "linear";
   detail::check_floating(op, x, "input");
   detail::check_defined(op, weight, "weight");

@@ -17,6 +17,7 @@
 
 #include <vector>
 
+#include "amp/autocast_policy.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/ops.h"
@@ -78,6 +79,11 @@ void check_cross_entropy(const Tensor& x, const Tensor& t, double eps) {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduction,
                      double label_smoothing, int64_t ignore_index) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(
+        amp::detail::AutocastOp::cross_entropy, {logits}, [&](const Tensors& t) {
+          return cross_entropy(t[0], target, reduction, label_smoothing, ignore_index);
+        });
   const char* op = "cross_entropy";
   check_cross_entropy(logits, target, label_smoothing);
   const int64_t C = logits.dim() == 1 ? logits.size(0) : logits.size(1);
@@ -147,6 +153,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
 }
 
 Tensor mse_loss(const Tensor& input, const Tensor& target, Reduction reduction) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]
+    return amp::detail::autocast_call(
+        amp::detail::AutocastOp::mse_loss, {input, target},
+        [reduction](const Tensors& t) { return mse_loss(t[0], t[1], reduction); });
   const char* op = "mse_loss";
   detail::check_floating(op, input, "input");
   detail::check_defined(op, target, "target");
