@@ -1,0 +1,10 @@
+#pragma once
+// The data layer (ddp::data): datasets, samplers, transforms and the DataLoader.
+
+#include "ddp/data/data_loader.h"
+#include "ddp/data/dataset.h"
+#include "ddp/data/record_file.h"
+#include "ddp/data/sampler.h"
+#include "ddp/data/text.h"
+#include "ddp/data/transforms.h"
+#include "ddp/data/vision.h"
