@@ -39,6 +39,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     }
     factor = momentum_ ? *momentum_ : 1.0 / double(num_batches_tracked.item<int64_t>());
   }
+  if (is_training() && training_forward_) return training_forward_(x, factor);
   const bool batch_stats = is_training() || !track_running_stats_;
   return functional::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, factor,
                                 eps_, describe());

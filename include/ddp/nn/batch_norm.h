@@ -9,6 +9,7 @@
 // The computation is nn::functional::batch_norm.
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -27,6 +28,20 @@ class BatchNorm2d : public UnaryModule {
   std::string extra_repr() const override;
 
   int64_t num_features() const { return num_features_; }
+  double eps() const { return eps_; }
+  std::optional<double> momentum() const { return momentum_; }
+  bool affine() const { return affine_; }
+  bool track_running_stats() const { return track_running_stats_; }
+
+  // Note [Training forward hook]
+  // Computes a training-mode forward in place of functional::batch_norm,
+  // given the input (already checked) and this step's momentum factor
+  // (num_batches_tracked already counted). parallel::convert_sync_batchnorm
+  // installs one that reduces the statistics across ranks, which changes the
+  // layer in place: models call their BatchNorm2d members directly, so
+  // swapping the object would not reach their forward. Empty: the default.
+  using TrainingForward = std::function<Tensor(const Tensor& x, double momentum_factor)>;
+  void set_training_forward(TrainingForward fn) { training_forward_ = std::move(fn); }
 
   Tensor weight, bias;                                    // undefined unless affine
   Tensor running_mean, running_var, num_batches_tracked;  // undefined unless tracking
@@ -36,6 +51,7 @@ class BatchNorm2d : public UnaryModule {
   double eps_;
   std::optional<double> momentum_;
   bool affine_, track_running_stats_;
+  TrainingForward training_forward_;
 };
 
 }  // namespace ddp::nn
