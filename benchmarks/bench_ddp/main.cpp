@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <exception>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -60,33 +61,40 @@ double max_over_ranks(ddp::dist::ProcessGroup& g, double v) {
   return t.item<double>();
 }
 
-// Times `steps` calls of fn after `warmup` untimed ones.
-template <class Fn>
-Stats time_steps(const Options& o, ddp::dist::ProcessGroup& g, Fn&& fn) {
-  for (int i = 0; i < o.warmup; ++i) fn();
-  std::vector<double> t;
-  for (int i = 0; i < o.steps; ++i) {
-    g.barrier()->wait(g.timeout());
-    auto start = Clock::now();
-    fn();
-    sync_device(o.device);
-    t.push_back(max_over_ranks(g, seconds(Clock::now() - start)));
-  }
-  return stats_of(t);
+// Note [Interleaved timing]
+// The modes are timed in rounds, one step of each per round, after `warmup`
+// untimed rounds: a machine whose speed drifts (another job, frequency
+// changes) then slows every mode alike, instead of whichever ran last.
+std::vector<Stats> time_interleaved(const Options& o, ddp::dist::ProcessGroup& g,
+                                    const std::vector<std::function<void()>>& modes) {
+  for (int i = 0; i < o.warmup; ++i)
+    for (const auto& fn : modes) fn();
+  std::vector<std::vector<double>> t(modes.size());
+  for (int i = 0; i < o.steps; ++i)
+    for (size_t m = 0; m < modes.size(); ++m) {
+      g.barrier()->wait(g.timeout());
+      auto start = Clock::now();
+      modes[m]();
+      sync_device(o.device);
+      t[m].push_back(max_over_ranks(g, seconds(Clock::now() - start)));
+    }
+  std::vector<Stats> out;
+  for (auto& v : t) out.push_back(stats_of(v));
+  return out;
 }
 
 // All gradients allreduced once, in DDP's buckets, with nothing to hide behind.
-Stats time_allreduce(const Options& o, ddp::dist::ProcessGroup& g,
-                     const std::vector<size_t>& bucket_bytes, ddp::DType dtype) {
-  Tensors buffers;
+std::function<void()> allreduce_all(const Options& o, ddp::dist::ProcessGroup& g,
+                                    const std::vector<size_t>& bucket_bytes, ddp::DType dtype) {
+  auto buffers = std::make_shared<Tensors>();
   for (size_t b : bucket_bytes)
-    buffers.push_back(Tensor::zeros({int64_t(b / ddp::element_size(dtype))},
-                                    ddp::TensorOptions(dtype).device(o.device)));
-  return time_steps(o, g, [&] {
+    buffers->push_back(Tensor::zeros({int64_t(b / ddp::element_size(dtype))},
+                                     ddp::TensorOptions(dtype).device(o.device)));
+  return [buffers, &g] {
     std::vector<ddp::dist::WorkPtr> work;
-    for (Tensor& b : buffers) work.push_back(g.allreduce({b}, ddp::dist::ReduceOp::avg));
+    for (Tensor& b : *buffers) work.push_back(g.allreduce({b}, ddp::dist::ReduceOp::avg));
     for (auto& w : work) w->wait(g.timeout());
-  });
+  };
 }
 
 void write_trace(const std::string& path, int rank, Clock::time_point backward_start,
@@ -141,7 +149,7 @@ int run(const Options& o) {
   ddp::optim::SGD opt_ddp(wrapped.module->parameters(), 0.01, {.momentum = 0.9});
   Batch batch = make_batch(o, world.rank());
 
-  Clock::time_point bw_start, bw_end;
+  Clock::time_point bw_start, bw_end, bw_start_ddp, bw_end_ddp;
   auto step_plain = [&] {
     plain.loss(plain.module->forward(batch.x), batch.y).backward();
     opt_plain.step();
@@ -154,6 +162,11 @@ int run(const Options& o) {
     bw_end = Clock::now();
     opt_ddp.step();
     opt_ddp.zero_grad();
+  };
+  auto step_synced = [&] {
+    step_ddp();
+    bw_start_ddp = bw_start;
+    bw_end_ddp = bw_end;
   };
   auto step_no_sync = [&] {
     auto guard = ddp_model->no_sync();
@@ -169,14 +182,17 @@ int run(const Options& o) {
                o.bucket_cap_mb);
     fmt::print("# simulated link: {}\n", link_text);
   }
-  Stats plain_t = time_steps(o, *group, step_plain);
-  Stats ddp_t = time_steps(o, *group, step_ddp);
-  auto timeline = ddp_model->reducer().last_timeline();
-  Stats no_sync_t = time_steps(o, *group, step_no_sync);
+  // One DDP step first, so the buckets are rebuilt and their sizes known.
+  step_synced();
   std::vector<size_t> bucket_bytes;
-  for (const auto& b : timeline) bucket_bytes.push_back(b.bytes);
-  Stats ar_t = time_allreduce(o, *group, bucket_bytes, plain.dtype);
-
+  for (const auto& b : ddp_model->reducer().last_timeline()) bucket_bytes.push_back(b.bytes);
+  std::vector<Stats> t = time_interleaved(
+      o, *group, {step_plain, step_synced, step_no_sync, allreduce_all(o, *group, bucket_bytes, plain.dtype)});
+  const Stats &plain_t = t[0], &ddp_t = t[1], &no_sync_t = t[2], &ar_t = t[3];
+  // The last mode of each round is the allreduce; the trace shows the last
+  // DDP step.
+  auto timeline = ddp_model->reducer().last_timeline();
+  Clock::time_point trace_start = bw_start_ddp, trace_end = bw_end_ddp;
   const double exposed = std::max(0.0, ddp_t.median - no_sync_t.median);
   const double hidden = ar_t.median > 0 ? std::clamp(1.0 - exposed / ar_t.median, 0.0, 1.0) : 1.0;
   const double overhead = ddp_t.median / plain_t.median - 1.0;
@@ -196,7 +212,7 @@ int run(const Options& o) {
   if (!o.trace_path.empty())
     write_trace(world.size() > 1 ? fmt::format("{}.rank{}", o.trace_path, world.rank())
                                  : o.trace_path,
-                world.rank(), bw_start, bw_end, timeline);
+                world.rank(), trace_start, trace_end, timeline);
   if (rank0 && !o.json_path.empty()) {
     std::string buckets;
     for (size_t i = 0; i < bucket_bytes.size(); ++i)
