@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "ddp/amp/grad_scaler.h"
 #include "ddp/dist/init.h"
 #include "ddp/nn/functional/loss.h"
 #include "ddp/nn/linear.h"
@@ -20,6 +21,7 @@
 #include "ddp/nn/models/resnet.h"
 #include "ddp/optim/sgd.h"
 #include "ddp/parallel/distributed.h"
+#include "ddp/parallel/sync_batch_norm.h"
 #include "ddp/tensor/generator.h"
 #include "ddp/tensor/ops.h"
 #include "dist/multi_rank_main.h"
@@ -147,9 +149,11 @@ void expect_params_match(nn::Module& got, nn::Module& want, const std::string& w
 
 template <class M>
 void train_side_by_side(std::function<std::shared_ptr<M>()> make, const MakeBatch& batch,
-                        DDPOptions opts, int steps, int micro = 1) {
+                        DDPOptions opts, int steps, int micro = 1,
+                        std::function<void(M&)> adapt_mine = nullptr) {
   auto ref = make();
   auto mine = make();
+  if (adapt_mine) adapt_mine(*mine);
   perturb_unless_rank0(*mine);
   DistributedDataParallel<M> ddp_model(mine, g_world.group, opts);
   expect_params_match(*mine, *ref, "after construction");
@@ -185,7 +189,20 @@ TEST(DDPEquality, ResNet20ManySmallBuckets) {
   DDPOptions o;
   o.bucket_cap_mb = 0.01;
   train_side_by_side<nn::models::ResNet>(small_resnet, image_batch, o, 1);
-  train_side_by_side<nn::models::ResNet>(small_resnet_f64, image_batch_f64, o, 5);
+  train_side_by_side<nn::models::ResNet>(small_resnet_f64, image_batch_f64, o, 3);
+}
+
+// Train-mode BatchNorm normalises with batch statistics, so N ranks match
+// one process only when the statistics are taken over the global batch:
+// SyncBatchNorm. Gradients and running statistics both follow the whole batch.
+TEST(DDPEquality, ResNet20TrainModeWithSyncBatchNorm) {
+  auto make = [] {
+    auto m = small_resnet_f64();
+    m->train();
+    return m;
+  };
+  auto sync = [](nn::models::ResNet& m) { parallel::convert_sync_batchnorm(m, g_world.group); };
+  train_side_by_side<nn::models::ResNet>(make, image_batch_f64, {}, 3, 1, sync);
 }
 
 TEST(DDPEquality, GPT) { train_side_by_side<nn::models::GPT>(small_gpt, token_batch, {}, 5); }
@@ -198,7 +215,7 @@ TEST(DDPEquality, GPTManySmallBuckets) {
 
 TEST(DDPEquality, NoSyncAccumulatesFourMicroBatches) {
   train_side_by_side<nn::models::ResNet>(small_resnet, image_batch, {}, 1, 4);
-  train_side_by_side<nn::models::ResNet>(small_resnet_f64, image_batch_f64, {}, 3, 4);
+  train_side_by_side<nn::models::ResNet>(small_resnet_f64, image_batch_f64, {}, 2, 4);
   train_side_by_side<nn::models::GPT>(small_gpt, token_batch, {}, 3, 4);
 }
 
@@ -260,6 +277,32 @@ TEST(DDPEquality, UnusedParametersWithFindUnused) {
     opt.zero_grad();
   }
   expect_params_match(*mine, *ref, "after training");
+}
+
+// A GradScaler after DDP sees averaged gradients: an overflow on one rank
+// is an overflow on every rank, so all ranks skip the step and back off
+// together, and the next finite step is taken everywhere.
+TEST(DDPWithGradScaler, EveryRankMakesTheSameSkipDecision) {
+  auto model = small_gpt();
+  DistributedDataParallel<nn::models::GPT> ddp_model(model, g_world.group, {.bucket_cap_mb = 0.05});
+  optim::SGD opt(model->parameters(), 0.05);
+  amp::GradScaler scaler({.init_scale = 1024, .growth_interval = 1});
+  Tensor before = model->parameters()[0].clone();
+  Batch b = token_batch(0);
+  const int overflowing_rank = world() - 1;
+  Tensor loss = loss_of(ddp_model(my_rows(b.x)), my_rows(b.y));
+  if (rank() == overflowing_rank) loss = loss * INFINITY;
+  scaler.scale(loss).backward();
+  EXPECT_FALSE(scaler.step(opt));  // on every rank, not just the overflowing one
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 512);
+  EXPECT_EQ(model->parameters()[0].to_vector<float>(), before.to_vector<float>());
+  opt.zero_grad();
+  loss_of(ddp_model(my_rows(b.x)), my_rows(b.y));  // a forward without backward is fine
+  scaler.scale(loss_of(ddp_model(my_rows(b.x)), my_rows(b.y))).backward();
+  EXPECT_TRUE(scaler.step(opt));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 1024);
 }
 
 TEST(DDPErrors, MissingGradientWithoutFindUnusedIsAnErrorNamingIt) {
