@@ -163,10 +163,17 @@ int run(const Options& o) {
     opt_ddp.step();
     opt_ddp.zero_grad();
   };
+  // How long backward waited for communication after its last gradient was
+  // ready: the exposed communication as the bucket timeline sees it.
+  std::vector<double> tail_waits;
   auto step_synced = [&] {
     step_ddp();
     bw_start_ddp = bw_start;
     bw_end_ddp = bw_end;
+    Clock::time_point last_ready = bw_start;
+    for (const auto& b : ddp_model->reducer().last_timeline())
+      last_ready = std::max(last_ready, b.ready);
+    tail_waits.push_back(seconds(bw_end - last_ready));
   };
   auto step_no_sync = [&] {
     auto guard = ddp_model->no_sync();
@@ -193,6 +200,7 @@ int run(const Options& o) {
   // DDP step.
   auto timeline = ddp_model->reducer().last_timeline();
   Clock::time_point trace_start = bw_start_ddp, trace_end = bw_end_ddp;
+  const double tail_wait = max_over_ranks(*group, stats_of(tail_waits).median);
   const double exposed = std::max(0.0, ddp_t.median - no_sync_t.median);
   const double hidden = ar_t.median > 0 ? std::clamp(1.0 - exposed / ar_t.median, 0.0, 1.0) : 1.0;
   const double overhead = ddp_t.median / plain_t.median - 1.0;
@@ -208,6 +216,9 @@ int run(const Options& o) {
     fmt::print("# buckets: {}; exposed communication {:.5f} s; hidden fraction {:.3f}; DDP step "
                "vs plain {:+.1f}%\n",
                bucket_bytes.size(), exposed, hidden, 100 * overhead);
+    fmt::print("# backward's wait after its last gradient (median): {:.5f} s, i.e. {:.3f} of the "
+               "allreduce hidden by the timeline\n",
+               tail_wait, ar_t.median > 0 ? std::clamp(1.0 - tail_wait / ar_t.median, 0.0, 1.0) : 1.0);
   }
   if (!o.trace_path.empty())
     write_trace(world.size() > 1 ? fmt::format("{}.rank{}", o.trace_path, world.rank())
@@ -222,10 +233,11 @@ int run(const Options& o) {
         "\"batch_size\": {}, \"bucket_cap_mb\": {}, \"simulated_link\": \"{}\", "
         "\"num_params\": {}, \"bucket_bytes\": [{}], \"steps\": {}, \"step_s_plain\": {:.6g}, "
         "\"step_s_ddp\": {:.6g}, \"step_s_no_sync\": {:.6g}, \"allreduce_s\": {:.6g}, "
-        "\"exposed_comm_s\": {:.6g}, \"hidden_fraction\": {:.6g}, \"ddp_overhead\": {:.6g}}}\n",
+        "\"exposed_comm_s\": {:.6g}, \"hidden_fraction\": {:.6g}, \"ddp_overhead\": {:.6g}, "
+        "\"tail_wait_s\": {:.6g}}}\n",
         o.model, world.group->backend_name(), world.size(), o.device.str(), o.batch_size,
         o.bucket_cap_mb, link_text, plain.num_params, buckets, o.steps, plain_t.median,
-        ddp_t.median, no_sync_t.median, ar_t.median, exposed, hidden, overhead);
+        ddp_t.median, no_sync_t.median, ar_t.median, exposed, hidden, overhead, tail_wait);
   }
   return 0;
 }
