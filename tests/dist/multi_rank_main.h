@@ -32,6 +32,17 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
   int rank_;
 };
 
+// gtest's flags out of argv, then the job joined through init_process_group
+// with the backend named by "--backend NAME" (or the default), on the CPU.
+inline dist::World init_test_world(int& argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  dist::InitOptions opts;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--backend" && i + 1 < argc) opts.backend = argv[++i];
+  opts.device = Device::cpu();
+  return dist::init_process_group(opts);
+}
+
 // Runs the tests on this rank and returns the exit status for all ranks.
 // Resets `world` before returning, so that MPI_Finalize runs before exit
 // (Note [MPI initialisation and finalisation]).

@@ -441,12 +441,8 @@ TEST(SelfCheck, InjectedFailure) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  InitOptions opts;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--backend" && i + 1 < argc) opts.backend = argv[++i];
-  opts.device = Device::cpu();  // CUDA tensors are tested by their own cases
-  g_world = init_process_group(opts);
+  // CUDA tensors are tested by their own cases.
+  g_world = test::init_test_world(argc, argv);
   g_backend = g_world.group->backend_name();
   return test::run_tests_on_every_rank(g_world, "pg_collectives_main");
 }

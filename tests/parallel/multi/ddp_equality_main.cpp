@@ -403,11 +403,6 @@ TEST(DDPHooks, CompressionHooksStayCloseAndUserHooksSeeEveryBucket) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  dist::InitOptions opts;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--backend" && i + 1 < argc) opts.backend = argv[++i];
-  opts.device = Device::cpu();
-  g_world = dist::init_process_group(opts);
+  g_world = test::init_test_world(argc, argv);
   return test::run_tests_on_every_rank(g_world, "ddp_equality_main");
 }

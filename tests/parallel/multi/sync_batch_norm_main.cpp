@@ -187,11 +187,6 @@ TEST(SyncBatchNormMulti, ConvertedResNetMatchesWholeBatch) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  dist::InitOptions opts;
-  for (int i = 1; i < argc; ++i)
-    if (std::string(argv[i]) == "--backend" && i + 1 < argc) opts.backend = argv[++i];
-  opts.device = Device::cpu();
-  g_world = dist::init_process_group(opts);
+  g_world = test::init_test_world(argc, argv);
   return test::run_tests_on_every_rank(g_world, "sync_batch_norm_main");
 }
