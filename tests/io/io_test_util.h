@@ -11,34 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "scratch_dir.h"
+
 namespace ddp::test {
 
-// A fresh path in a per-test scratch directory, removed with it.
-class ScratchDir {
- public:
-  ScratchDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = std::filesystem::path(::testing::TempDir()) /
-           (std::string("ddp_io_") + info->test_suite_name() + "_" + info->name() + "_" +
-            std::to_string(::getpid()));
-    std::filesystem::remove_all(dir_);
-    std::filesystem::create_directories(dir_);
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-  std::vector<std::string> files() const {
-    std::vector<std::string> out;
-    for (const auto& e : std::filesystem::directory_iterator(dir_))
-      out.push_back(e.path().filename().string());
-    return out;
-  }
-
- private:
-  std::filesystem::path dir_;
-};
 
 inline std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
