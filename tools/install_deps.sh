@@ -10,6 +10,7 @@ packages=(
   iproute2
   python3
   dataset-fashion-mnist fortunes
+  python3-matplotlib
 )
 
 missing=()

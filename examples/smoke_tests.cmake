@@ -1,0 +1,134 @@
+# Smoke tests of the example trainers (included from examples/CMakeLists.txt).
+# Each runs a few steps, so the whole set stays well under a minute per test
+# on a 2-core machine. Multi-rank tests carry the label dist and are guarded
+# like tests/parallel/multi: mpi through mpirun, gloo through ddprun.
+#   resume tests: train N steps and save, then --resume and train to M; the
+#                 second run must say it resumed from N, end at M, and end
+#                 with a JSON line holding the documented keys. For
+#                 train_resnet a reference run trains M steps straight and
+#                 the interrupted run must log the same loss at every step.
+#   flag tests:   a bad command line exits 2 with a message naming the flag.
+
+set(_ddp_ex_check ${CMAKE_CURRENT_SOURCE_DIR}/run_checked.cmake)
+set(_ddp_ex_work ${CMAKE_CURRENT_BINARY_DIR}/smoke)
+
+# ddp_example_test(NAME LABELS <labels> [ENV <env>] [CMD0 <argv...>] CMD1 <argv...> [CMD2 <argv...>]
+#                  [EXPECT_RC rc] [EXPECT_REGEX re] [JSON_KEYS k...] [JSON_EQUALS k=v...]
+#                  [CLEAN_DIR dir] [COMPARE_METRICS reference.jsonl|run.jsonl])
+function(ddp_example_test name)
+  cmake_parse_arguments(T "" "EXPECT_RC;EXPECT_REGEX;CLEAN_DIR;COMPARE_METRICS"
+                        "LABELS;ENV;CMD0;CMD1;CMD2;JSON_KEYS;JSON_EQUALS" ${ARGN})
+  list(JOIN T_CMD0 "|" cmd0)
+  list(JOIN T_CMD1 "|" cmd1)
+  list(JOIN T_CMD2 "|" cmd2)
+  list(JOIN T_JSON_KEYS "|" keys)
+  list(JOIN T_JSON_EQUALS "|" equals)
+  if(NOT DEFINED T_EXPECT_RC)
+    set(T_EXPECT_RC 0)
+  endif()
+  add_test(NAME ${name}
+           COMMAND ${CMAKE_COMMAND} "-DCMD0=${cmd0}" "-DCMD1=${cmd1}" "-DCMD2=${cmd2}" "-DEXPECT_RC=${T_EXPECT_RC}"
+                   "-DEXPECT_REGEX=${T_EXPECT_REGEX}" "-DJSON_KEYS=${keys}"
+                   "-DJSON_EQUALS=${equals}" "-DCLEAN_DIR=${T_CLEAN_DIR}"
+                   "-DCOMPARE_METRICS=${T_COMPARE_METRICS}" -P ${_ddp_ex_check})
+  set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" TIMEOUT 300
+                       ENVIRONMENT "${T_ENV}")
+endfunction()
+
+# Real Fashion-MNIST when Debian's dataset-fashion-mnist is installed, else
+# synthetic 32x32 images (the same code path after the dataset).
+if(EXISTS /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz OR
+   EXISTS /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte)
+  set(_ddp_ex_data --data fashion-mnist)
+else()
+  set(_ddp_ex_data --data synthetic --synthetic-size 512)
+endif()
+set(_ddp_ex_resnet_args ${_ddp_ex_data} --batch-size 32 --eval-limit 256 --log-every 1 --workers 1)
+set(_ddp_ex_gpt_args --model gpt-tiny --block-size 64 --batch-size 8 --grad-accum 2 --steps 20
+                     --val-batches 2 --log-every 1)
+set(_ddp_ex_resnet_keys test_accuracy images_per_s total_s world_size)
+set(_ddp_ex_gpt_keys val_loss tokens_per_s total_s world_size)
+set(_ddp_ex_mpi_env "OMPI_MCA_rmaps_base_oversubscribe=1;OMPI_MCA_mpi_yield_when_idle=1;OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+set(_ddp_ex_gloo_env "OMP_NUM_THREADS=1;OPENBLAS_NUM_THREADS=1")
+
+# ---- multi-rank: checkpoint at the end, then resume -------------------------
+set(_launchers)
+if(DDP_HAVE_MPI)
+  list(APPEND _launchers mpi)
+  set(_ddp_ex_launch_mpi ${MPIEXEC_EXECUTABLE} --allow-run-as-root --oversubscribe -np 2
+                         ${MPIEXEC_PREFLAGS})
+endif()
+if(DDP_HAVE_GLOO AND TARGET ddprun)
+  list(APPEND _launchers gloo)
+  set(_ddp_ex_launch_gloo $<TARGET_FILE:ddprun> --nproc-per-node 2 --master-port 0)
+endif()
+foreach(backend IN LISTS _launchers)
+  set(launch ${_ddp_ex_launch_${backend}})
+  set(dir ${_ddp_ex_work}/resnet_${backend})
+  file(MAKE_DIRECTORY ${_ddp_ex_work})
+  ddp_example_test(examples.train_resnet.${backend}.resume
+    LABELS dist ENV ${_ddp_ex_${backend}_env} CLEAN_DIR ${dir}
+    CMD0 ${launch} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 5
+         --metrics ${dir}.reference.jsonl --backend ${backend}
+    COMPARE_METRICS "${dir}.reference.jsonl|${dir}.jsonl"
+    CMD1 ${launch} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 3
+         --checkpoint-dir ${dir} --metrics ${dir}.jsonl --backend ${backend}
+    CMD2 ${launch} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 5
+         --checkpoint-dir ${dir} --metrics ${dir}.jsonl --backend ${backend} --resume
+    EXPECT_REGEX "resumed from step 3 .*step 5/5 .*saved checkpoint at step 5"
+    JSON_KEYS ${_ddp_ex_resnet_keys}
+    JSON_EQUALS world_size=2 start_step=3 steps=5 backend=${backend})
+
+  set(dir ${_ddp_ex_work}/gpt_${backend})
+  ddp_example_test(examples.train_gpt.${backend}.grad_accum_resume
+    LABELS dist ENV ${_ddp_ex_${backend}_env} CLEAN_DIR ${dir}
+    CMD1 ${launch} $<TARGET_FILE:train_gpt> ${_ddp_ex_gpt_args} --max-steps 4 --checkpoint-dir ${dir}
+         --backend ${backend}
+    CMD2 ${launch} $<TARGET_FILE:train_gpt> ${_ddp_ex_gpt_args} --max-steps 6 --checkpoint-dir ${dir}
+         --backend ${backend} --resume
+    EXPECT_REGEX "resumed from step 4 .*step 6/6 "
+    JSON_KEYS ${_ddp_ex_gpt_keys}
+    JSON_EQUALS world_size=2 start_step=4 steps=6 grad_accum=2)
+endforeach()
+
+# ---- one process: the mixed-precision and channels-last paths ---------------
+ddp_example_test(examples.train_resnet.single.bf16_channels_last
+  LABELS unit ENV ${_ddp_ex_gloo_env}
+  CMD1 $<TARGET_FILE:train_resnet> --data synthetic --synthetic-size 64 --batch-size 16
+       --max-steps 2 --amp bf16 --channels-last --print-params --log-every 1
+  EXPECT_REGEX "conv1.weight"
+  JSON_KEYS ${_ddp_ex_resnet_keys} JSON_EQUALS world_size=1 steps=2 amp=bf16)
+
+# ---- bad command lines: exit 2, naming the flag -----------------------------
+set(_ddp_ex_bad_flags
+  "resnet_unknown_flag|train_resnet|--bogus|--bogus"
+  "resnet_bad_int|train_resnet|--batch-size=abc|--batch-size: 'abc' is not an integer"
+  "resnet_bad_choice|train_resnet|--model|resnet7|--model: 'resnet7' is not one of"
+  "resnet_bad_amp|train_resnet|--amp|fp8|--amp: 'fp8'"
+  "resnet_missing_value|train_resnet|--epochs|--epochs: needs a value"
+  "resnet_below_min|train_resnet|--epochs|0|--epochs: '0' is below the minimum 1"
+  "resnet_flag_with_value|train_resnet|--resume=yes|--resume: takes no value"
+  "resnet_resume_without_dir|train_resnet|--resume|--resume: needs --checkpoint-dir"
+  "gpt_bad_accum|train_gpt|--grad-accum|0|--grad-accum: '0' is below the minimum 1"
+  "gpt_custom_without_sizes|train_gpt|--model|custom|--model custom: needs --n-layer"
+  "gpt_bad_number|train_gpt|--lr|fast|--lr: 'fast' is not a finite number"
+  "gpt_indivisible_batch|train_gpt|--batch-size|3|--grad-accum|2|--batch-size: the global batch 3 is not divisible"
+  "gpt_heads|train_gpt|--n-embd|100|--n-head|3|--n-embd 100 is not divisible by --n-head 3")
+foreach(spec IN LISTS _ddp_ex_bad_flags)
+  string(REPLACE "|" ";" parts "${spec}")
+  list(POP_FRONT parts name program)
+  list(POP_BACK parts regex)
+  string(REGEX REPLACE "([][+.*()^$?])" "\\\\\\1" regex "${regex}")  # match literally
+  ddp_example_test(examples.flags.${name} LABELS unit
+    CMD1 $<TARGET_FILE:${program}> ${parts} EXPECT_RC 2 EXPECT_REGEX "${regex}")
+endforeach()
+
+# ---- resuming a checkpoint of another run is refused -------------------------
+set(dir ${_ddp_ex_work}/gpt_mismatch)
+ddp_example_test(examples.train_gpt.single.resume_mismatch
+  LABELS unit ENV ${_ddp_ex_gloo_env} CLEAN_DIR ${dir}
+  CMD1 $<TARGET_FILE:train_gpt> --block-size 32 --batch-size 4 --steps 2 --val-batches 1
+       --checkpoint-dir ${dir}
+  CMD2 $<TARGET_FILE:train_gpt> --block-size 32 --batch-size 8 --steps 2 --val-batches 1
+       --checkpoint-dir ${dir} --resume
+  EXPECT_RC 1 EXPECT_REGEX "--resume: the checkpoint in .* is for gpt-tiny with global batch 4, not gpt-tiny with global batch 8")

@@ -1,0 +1,346 @@
+// train_gpt: data-parallel training of a GPT on a byte-level text corpus.
+//
+//   mpirun -np 2 build/examples/train_gpt --model gpt-tiny --steps 200
+//
+// Every byte is a token (vocabulary 256). Each optimizer step takes
+// --batch-size sequences over all ranks, split into --grad-accum
+// micro-batches per rank; all micro-batches but the last run under
+// DistributedDataParallel::no_sync(), so gradients are averaged over the
+// ranks once per step. The last line on stdout is a JSON object
+// (Note [Metrics lines]). Flags: train_gpt --help, or docs/examples.md.
+
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <optional>
+
+#include "common/metrics.h"
+#include "common/trainer_util.h"
+#include "ddp/ddp.h"
+#include "ddp/amp/autocast.h"
+#include "ddp/amp/grad_scaler.h"
+#include "ddp/data/data.h"
+#include "ddp/io/checkpoint.h"
+#include "ddp/nn/functional/loss.h"
+#include "ddp/nn/models/gpt.h"
+#include "ddp/optim/adamw.h"
+#include "ddp/optim/clip_grad.h"
+#include "ddp/optim/lr_scheduler.h"
+#include "ddp/parallel/distributed.h"
+#include "train_gpt/options.h"
+
+namespace {
+
+using namespace ddp;
+namespace F = ddp::nn::functional;
+using examples::JsonObject;
+using train_gpt::Options;
+
+nn::models::GPTConfig make_config(const Options& o) {
+  nn::models::GPTConfig c;  // GPT-2 124M
+  c.vocab_size = data::TextCorpus::kVocabSize;
+  if (o.model == "gpt-tiny") {
+    c.block_size = 128, c.n_layer = 4, c.n_head = 4, c.n_embd = 128;
+  } else if (o.model == "gpt-mini") {
+    c.block_size = 256, c.n_layer = 6, c.n_head = 6, c.n_embd = 384;
+  } else if (o.model == "gpt2-124m") {
+    c.vocab_size = 50257;  // GPT-2's own size; the byte tokens use the first 256 rows
+  }
+  if (o.n_layer > 0) c.n_layer = o.n_layer;
+  if (o.n_head > 0) c.n_head = o.n_head;
+  if (o.n_embd > 0) c.n_embd = o.n_embd;
+  if (o.block_size > 0) c.block_size = o.block_size;
+  c.dropout = o.dropout;
+  if (c.n_embd % c.n_head != 0) {
+    std::fprintf(stderr, "train_gpt: --n-embd %lld is not divisible by --n-head %lld\n",
+                 (long long)c.n_embd, (long long)c.n_head);
+    std::exit(2);
+  }
+  return c;
+}
+
+std::optional<DType> amp_dtype(const std::string& amp) {
+  if (amp == "bf16") return DType::bf16;
+  if (amp == "f16") return DType::f16;
+  return std::nullopt;
+}
+
+// Mean next-token loss over the logits [B, T, V] of a batch.
+Tensor lm_loss(const Tensor& logits, const Tensor& targets,
+               F::Reduction reduction = F::Reduction::mean) {
+  const int64_t v = logits.size(-1);
+  return F::cross_entropy(logits.reshape({-1, v}), targets.reshape({-1}), reduction);
+}
+
+// Validation loss per token over (the first --val-batches batches of) the
+// non-overlapping validation windows, sharded over the ranks without
+// shuffling; padding positions of the sampler (>= n) are not counted.
+double validate(nn::models::GPT& model, const data::DatasetPtr& val, const Options& o,
+                int64_t local_batch, dist::World& world) {
+  const int world_size = world.size(), rank = world.rank();
+  int64_t n = val->size();
+  if (o.val_batches > 0) n = std::min(n, o.val_batches * local_batch * world_size);
+  auto sampler = std::make_shared<data::DistributedSampler>(n, world_size, rank, false);
+  data::DataLoader loader(val, {.batch_size = local_batch, .num_workers = int(o.workers),
+                                .device = world.device},
+                          sampler);
+  model.eval();
+  double loss_sum = 0, tokens = 0;
+  int64_t position = 0;
+  {
+    NoGradGuard no_grad;
+    for (const data::Batch& b : loader) {
+      int64_t keep = 0;
+      while (keep < b.size() && rank + (position + keep) * world_size < n) ++keep;
+      position += b.size();
+      if (keep == 0) continue;
+      std::optional<amp::Autocast> autocast;
+      if (auto dt = amp_dtype(o.amp)) autocast.emplace(world.device, *dt);
+      Tensor x = b.input.narrow(0, 0, keep), y = b.target.narrow(0, 0, keep);
+      loss_sum += lm_loss(model.forward(x).to(kFloat32), y, F::Reduction::sum).item<float>();
+      tokens += double(y.numel());
+    }
+  }
+  model.train();
+  auto sums = examples::allreduce_sum(world, {loss_sum, tokens});
+  return sums[0] / std::max(1.0, sums[1]);
+}
+
+int run(const Options& o) {
+  examples::Stopwatch total_clock;
+  const nn::models::GPTConfig config = make_config(o);  // exits 2 on bad sizes, before joining
+  dist::World world = examples::join_job(o.backend);
+  const int rank = world.rank(), world_size = world.size();
+  const bool lead = rank == 0;
+  const int threads = world.device.is_cuda() ? 0 : examples::set_cpu_threads(world);
+  const auto micro_or = examples::per_rank_batch(o.batch_size, world, o.grad_accum, "train_gpt");
+  if (!micro_or) return 2;
+  const int64_t micro = *micro_or;
+  manual_seed(uint64_t(o.seed));
+
+  const int64_t T = config.block_size;
+  data::DatasetPtr train, val;
+  std::string corpus_text;
+  if (o.data == "text") {
+    auto corpus = data::TextCorpus::load(o.data_dir);
+    train = corpus->windows(data::Split::train, T, o.stride);
+    val = corpus->windows(data::Split::test, T);
+    corpus_text = o.data_dir + " (" + std::to_string(corpus->size()) + " bytes, " +
+                  std::to_string(corpus->files().size()) + " files)";
+  } else {
+    train = std::make_shared<data::SyntheticTokenDataset>(100000, T, config.vocab_size,
+                                                          uint64_t(o.seed));
+    val = std::make_shared<data::SyntheticTokenDataset>(1000, T, config.vocab_size,
+                                                        uint64_t(o.seed) + 1);
+    corpus_text = "synthetic tokens";
+  }
+
+  auto model = std::make_shared<nn::models::GPT>(config);
+  model->to(world.device);
+  if (lead) {
+    std::printf("train_gpt: %s (%lld layers, %lld heads, width %lld, context %lld) on %s\n",
+                o.model.c_str(), (long long)config.n_layer, (long long)config.n_head,
+                (long long)config.n_embd, (long long)T, corpus_text.c_str());
+    std::printf("%d rank(s), backend %s, device %s%s; parameters %lld; global batch %lld "
+                "sequences = %lld per rank x %lld micro-batches; amp %s\n",
+                world_size, world.group->backend_name().c_str(),
+                examples::describe_device(world.device).c_str(),
+                threads > 0 ? (", " + std::to_string(threads) + " thread(s) per rank").c_str() : "",
+                (long long)model->num_parameters(), (long long)o.batch_size, (long long)micro,
+                (long long)o.grad_accum, o.amp.c_str());
+    if (o.print_params)
+      for (const auto& [name, p] : model->named_parameters())
+        std::printf("  %-40s %s\n", name.c_str(), p.describe().c_str());
+    std::fflush(stdout);
+  }
+  parallel::DistributedDataParallel ddp_model(model, world.group, {.bucket_cap_mb = o.bucket_cap_mb});
+
+  auto sampler = std::make_shared<data::DistributedSampler>(train->size(), world_size, rank,
+                                                            true, uint64_t(o.seed));
+  data::DataLoader loader(train, {.batch_size = micro, .drop_last = true,
+                                  .num_workers = int(o.workers), .seed = uint64_t(o.seed),
+                                  .device = world.device},
+                          sampler);
+  const int64_t steps_per_epoch = loader.size() / o.grad_accum;
+  if (steps_per_epoch < 1)
+    throw ValueError("the corpus is too small for one step of " + std::to_string(o.batch_size) +
+                     " sequences of " + std::to_string(T) + " tokens");
+  const int64_t schedule_steps = o.steps;
+  const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, schedule_steps) : schedule_steps;
+  const int64_t epochs = (stop_step + steps_per_epoch - 1) / steps_per_epoch;  // for the progress line
+  const int64_t warmup = o.warmup_steps >= 0 ? std::min(o.warmup_steps, schedule_steps)
+                                             : schedule_steps / 10;
+
+  optim::AdamW opt(examples::decay_groups(*model), o.lr,
+                   {.betas = {o.beta1, o.beta2}, .weight_decay = o.weight_decay});
+  optim::WarmupCosineLR sched(opt, schedule_steps,
+                              {.warmup_steps = warmup, .min_lr = o.min_lr >= 0 ? o.min_lr : o.lr / 10});
+  amp::GradScaler scaler({.enabled = o.amp == "f16"});
+  io::Checkpoint ckpt;
+  ckpt.add("model", model).add("optimizer", opt).add("scheduler", sched).add("scaler", scaler);
+
+  int64_t step = 0;
+  if (o.resume) {
+    if (std::filesystem::exists(std::filesystem::path(o.checkpoint_dir) / io::kCheckpointManifest)) {
+      auto info = io::read_checkpoint_info(o.checkpoint_dir);
+      const std::string batch = std::to_string(o.batch_size);
+      if (info.metadata["model"] != o.model || info.metadata["global_batch"] != batch)
+        throw ValueError("--resume: the checkpoint in '" + o.checkpoint_dir + "' is for " +
+                         info.metadata["model"] + " with global batch " +
+                         info.metadata["global_batch"] + ", not " + o.model +
+                         " with global batch " + batch);
+      step = io::load_checkpoint(o.checkpoint_dir, ckpt).step;
+      if (lead) std::printf("resumed from step %lld (%s)\n", (long long)step, o.checkpoint_dir.c_str());
+    } else if (lead) {
+      std::printf("no checkpoint in %s; starting from step 0\n", o.checkpoint_dir.c_str());
+    }
+  }
+  const int64_t first_step = step;
+  auto save = [&](int64_t epoch) {
+    io::save_checkpoint(o.checkpoint_dir, ckpt,
+                        {.rank = rank, .epoch = epoch, .step = step,
+                         .metadata = {{"model", o.model},
+                                      {"global_batch", std::to_string(o.batch_size)},
+                                      {"world_size", std::to_string(world_size)}}});
+    world.group->barrier()->wait();  // nobody reads or exits before rank 0 is done
+    if (lead) std::printf("saved checkpoint at step %lld to %s\n", (long long)step,
+                          o.checkpoint_dir.c_str());
+  };
+
+  examples::MetricsFile metrics(o.metrics, rank, /*append=*/step > 0);
+  const int64_t tokens_per_step = o.batch_size * T;
+  Tensor loss_acc = Tensor::zeros({}, TensorOptions(kFloat32).device(world.device));
+  int64_t acc_steps = 0;
+  examples::Stopwatch train_clock, interval_clock;
+  double train_s = 0, grad_norm = 0;
+  int64_t interval_start = step;
+  std::optional<double> val_loss;
+  if (lead && step < stop_step)
+    std::printf("training %lld steps (%lld per epoch, warmup %lld)\n", (long long)(stop_step - step),
+                (long long)steps_per_epoch, (long long)warmup);
+
+  interval_clock.reset();
+  for (int64_t epoch = step / steps_per_epoch; step < stop_step; ++epoch) {
+    loader.set_epoch(epoch);
+    int64_t skip = (step - epoch * steps_per_epoch) * o.grad_accum;  // batches done before a resume
+    int64_t m = 0;  // micro-batch within the step
+    // Only whole steps: the micro-batches left over at the end of an epoch
+    // would otherwise accumulate into the next epoch's first step.
+    int64_t batches_left = steps_per_epoch * o.grad_accum - skip;
+    train_clock.reset();
+    for (const data::Batch& b : loader) {
+      if (skip > 0) { --skip; continue; }
+      if (batches_left-- == 0) break;
+      const bool sync = m + 1 == o.grad_accum;
+      Tensor loss;
+      {
+        std::optional<parallel::DistributedDataParallelBase::NoSyncGuard> no_sync;
+        if (!sync) no_sync.emplace(ddp_model);  // the forward decides; see docs/ddp.md
+        std::optional<amp::Autocast> autocast;
+        if (auto dt = amp_dtype(o.amp)) autocast.emplace(world.device, *dt);
+        loss = lm_loss(ddp_model(b.input), b.target);
+      }
+      scaler.scale(loss * (1.0 / double(o.grad_accum))).backward();
+      {
+        NoGradGuard no_grad;
+        loss_acc.add_(loss.detach().to(kFloat32), 1.0 / double(o.grad_accum));
+      }
+      if (!sync) { ++m; continue; }
+      m = 0;
+      if (o.grad_clip > 0) {
+        scaler.unscale_(opt);
+        grad_norm = optim::clip_grad_norm_(model->parameters(), o.grad_clip);
+      }
+      scaler.step(opt);
+      scaler.update();
+      opt.zero_grad();
+      sched.step();
+      ++step;
+      ++acc_steps;
+      if (step % o.log_every == 0 || step == stop_step) {
+        auto sums = examples::allreduce_sum(world, {double(loss_acc.item<float>()), double(acc_steps)});
+        loss_acc.zero_();
+        acc_steps = 0;
+        const double mean_loss = sums[0] / std::max(1.0, sums[1]);
+        const double rate = double((step - interval_start) * tokens_per_step) /
+                            std::max(interval_clock.seconds(), 1e-9);
+        interval_clock.reset();
+        interval_start = step;
+        const double elapsed = train_s + train_clock.seconds();
+        const double lr = opt.param_groups()[0].lr.value_or(o.lr);
+        if (lead) {
+          const double eta = elapsed / double(step - first_step) * double(stop_step - step);
+          examples::print_progress({.epoch = epoch + 1, .epochs = epochs, .step = step,
+                                    .total_steps = stop_step, .loss = mean_loss, .lr = lr,
+                                    .rate = rate, .rate_unit = "tok/s", .eta_s = eta});
+          metrics.write(JsonObject()
+                            .add("step", step)
+                            .add("epoch", double(step) / double(steps_per_epoch))
+                            .add("loss", mean_loss)
+                            .add("lr", lr)
+                            .add("tokens_per_s", rate)
+                            .add("grad_norm", grad_norm)
+                            .add("loss_scale", scaler.get_scale())
+                            .add("memory_mib", examples::peak_memory_mib(world.device)));
+        }
+      }
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch);
+      if (o.eval_every > 0 && step % o.eval_every == 0 && step < stop_step) {
+        train_s += train_clock.seconds();
+        examples::Stopwatch eval_clock;
+        val_loss = validate(*model, val, o, micro, world);
+        if (lead) std::printf("step %lld: val loss %.4f\n", (long long)step, *val_loss);
+        interval_clock.exclude(eval_clock.seconds());
+        train_clock.reset();
+      }
+      if (step >= stop_step) break;
+    }
+    train_s += train_clock.seconds();
+  }
+  val_loss = validate(*model, val, o, micro, world);
+  if (!o.checkpoint_dir.empty() && step > first_step) save(step / steps_per_epoch);
+
+  const double tokens_per_s =
+      train_s > 0 ? double((step - first_step) * tokens_per_step) / train_s : 0;
+  const double total_s = total_clock.seconds();
+  if (lead) {
+    std::printf("done: %lld steps, val loss %.4f (%.3f bits/byte), %.0f tokens/s, training %s, "
+                "total %s\n",
+                (long long)step, *val_loss, *val_loss / std::log(2.0), tokens_per_s,
+                examples::format_duration(train_s).c_str(), examples::format_duration(total_s).c_str());
+    std::printf("%s\n", JsonObject()
+                            .add("model", o.model)
+                            .add("parameters", model->num_parameters())
+                            .add("world_size", world_size)
+                            .add("backend", world.group->backend_name())
+                            .add("device", world.device.str())
+                            .add("global_batch", o.batch_size)
+                            .add("block_size", T)
+                            .add("grad_accum", o.grad_accum)
+                            .add("amp", o.amp)
+                            .add("start_step", first_step)
+                            .add("steps", step)
+                            .add("val_loss", *val_loss)
+                            .add("tokens_per_s", tokens_per_s)
+                            .add("train_s", train_s)
+                            .add("total_s", total_s)
+                            .add("peak_memory_mib", examples::peak_memory_mib(world.device))
+                            .str()
+                            .c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = train_gpt::parse_options(argc, argv);
+  try {
+    return run(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_gpt: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,62 @@
+#include "train_gpt/options.h"
+
+#include "common/cli.h"
+
+namespace train_gpt {
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  examples::Cli cli("train_gpt",
+                    "Trains a GPT byte-level language model with DistributedDataParallel.\n"
+                    "Launch with mpirun, srun, ddprun or torchrun --no-python.");
+  cli.add_string("--model", &o.model,
+                 "configuration (custom: give --n-layer --n-head --n-embd --block-size)",
+                 {"gpt-tiny", "gpt-mini", "gpt2-124m", "custom"});
+  cli.add_int("--n-layer", &o.n_layer, "transformer blocks (0: the model's)", 0);
+  cli.add_int("--n-head", &o.n_head, "attention heads (0: the model's)", 0);
+  cli.add_int("--n-embd", &o.n_embd, "embedding width (0: the model's)", 0);
+  cli.add_int("--block-size", &o.block_size, "context length T (0: the model's)", 0);
+  cli.add_double("--dropout", &o.dropout, "dropout probability", 0);
+  cli.add_string("--data", &o.data, "corpus", {"text", "synthetic"});
+  cli.add_string("--data-dir", &o.data_dir, "a text file or a folder of them");
+  cli.add_int("--stride", &o.stride, "tokens between training windows", 1);
+  cli.add_int("--steps", &o.steps, "optimizer steps of the run; sets the lr schedule", 1);
+  cli.add_int("--max-steps", &o.max_steps,
+              "stop after this many steps in total (0: no limit; the schedule keeps --steps)", 0);
+  cli.add_int("--batch-size", &o.batch_size,
+              "GLOBAL sequences per optimizer step (per rank per micro-batch: "
+              "batch / (world size x grad-accum))",
+              1);
+  cli.add_int("--grad-accum", &o.grad_accum, "micro-batches per step, all but the last under no_sync", 1);
+  cli.add_double("--lr", &o.lr, "peak learning rate", 0);
+  cli.add_double("--min-lr", &o.min_lr, "lr at the end of the cosine (-1: lr / 10)", -1);
+  cli.add_double("--weight-decay", &o.weight_decay, "AdamW decoupled decay on matrices only", 0);
+  cli.add_double("--beta1", &o.beta1, "AdamW beta1", 0);
+  cli.add_double("--beta2", &o.beta2, "AdamW beta2", 0);
+  cli.add_int("--warmup-steps", &o.warmup_steps, "linear warmup steps (-1: 10% of the run)", -1);
+  cli.add_double("--grad-clip", &o.grad_clip, "clip the gradient norm to this (0: off)", 0);
+  cli.add_string("--amp", &o.amp, "mixed precision (f16 adds a GradScaler)", {"off", "bf16", "f16"});
+  cli.add_double("--bucket-cap-mb", &o.bucket_cap_mb, "DDP gradient bucket size in MiB", 0);
+  cli.add_string("--backend", &o.backend, "process group backend (default: nccl on GPUs, "
+                 "mpi under mpirun, else gloo)", {"", "nccl", "gloo", "mpi"});
+  cli.add_string("--checkpoint-dir", &o.checkpoint_dir, "save a checkpoint here at the end");
+  cli.add_int("--checkpoint-every", &o.checkpoint_every, "also save every N steps (0: only at the end)", 0);
+  cli.add_flag("--resume", &o.resume, "continue from the checkpoint in --checkpoint-dir if there is one");
+  cli.add_string("--metrics", &o.metrics, "write one JSON line per logged step to this file");
+  cli.add_int("--log-every", &o.log_every, "steps between progress lines and metrics lines", 1);
+  cli.add_int("--eval-every", &o.eval_every, "steps between validation passes (0: only at the end)", 0);
+  cli.add_int("--val-batches", &o.val_batches, "validation batches per rank (0: the whole split)", 0);
+  cli.add_flag("--print-params", &o.print_params, "print every parameter's name and shape");
+  cli.add_int("--seed", &o.seed, "seed of the initial weights and the shuffling", 0);
+  cli.add_int("--workers", &o.workers, "data loader threads per rank", 0);
+  cli.parse(argc, argv);
+  if (o.model == "custom" && (o.n_layer == 0 || o.n_head == 0 || o.n_embd == 0 || o.block_size == 0))
+    cli.fail("--model custom: needs --n-layer, --n-head, --n-embd and --block-size");
+  if (o.resume && o.checkpoint_dir.empty()) cli.fail("--resume: needs --checkpoint-dir");
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
+    cli.fail("--checkpoint-every: needs --checkpoint-dir");
+  if (o.dropout >= 1) cli.fail("--dropout: must be below 1");
+  return o;
+}
+
+}  // namespace train_gpt

@@ -1,0 +1,43 @@
+#pragma once
+// train_gpt's command line (docs/examples.md lists every flag).
+
+#include <cstdint>
+#include <string>
+
+namespace train_gpt {
+
+struct Options {
+  std::string model = "gpt-tiny";  // gpt-tiny, gpt-mini, gpt2-124m, custom
+  int64_t n_layer = 0, n_head = 0, n_embd = 0, block_size = 0;  // 0: the model's value
+  double dropout = 0.0;
+  std::string data = "text";       // text, synthetic
+  std::string data_dir = "/usr/share/games/fortunes";
+  int64_t stride = 1;              // between training windows
+  int64_t steps = 200;             // optimizer steps of the run (the lr schedule)
+  int64_t max_steps = 0;           // stop early at this step; 0: run every step
+  int64_t batch_size = 32;         // global sequences per optimizer step
+  int64_t grad_accum = 1;
+  double lr = 1e-3;
+  double min_lr = -1;              // -1: lr / 10
+  double weight_decay = 0.1;
+  double beta1 = 0.9, beta2 = 0.95;
+  int64_t warmup_steps = -1;       // -1: 10% of the run
+  double grad_clip = 1.0;          // 0: off
+  std::string amp = "off";
+  double bucket_cap_mb = 25.0;
+  std::string backend;
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;
+  bool resume = false;
+  std::string metrics;
+  int64_t log_every = 10;
+  int64_t eval_every = 0;          // 0: only at the end
+  int64_t val_batches = 20;        // per rank
+  bool print_params = false;
+  int64_t seed = 0;
+  int64_t workers = 1;
+};
+
+Options parse_options(int argc, char** argv);
+
+}  // namespace train_gpt

@@ -1,0 +1,357 @@
+// train_resnet: data-parallel ResNet training, the README demo.
+//
+//   mpirun -np 2 build/examples/train_resnet --data fashion-mnist --epochs 2
+//
+// Every rank builds the same model, wraps it in DistributedDataParallel and
+// trains on its shard of each global batch (DistributedSampler); rank 0
+// prints progress, writes the metrics file and the checkpoint. The test
+// split is sharded too and the correct counts are summed over the ranks.
+// The last line on stdout is a JSON object (Note [Metrics lines]).
+// Flags: train_resnet --help, or docs/examples.md.
+
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "common/metrics.h"
+#include "common/trainer_util.h"
+#include "ddp/ddp.h"
+#include "ddp/amp/autocast.h"
+#include "ddp/amp/grad_scaler.h"
+#include "ddp/data/data.h"
+#include "ddp/io/checkpoint.h"
+#include "ddp/nn/functional/conv.h"
+#include "ddp/nn/functional/loss.h"
+#include "ddp/nn/models/resnet.h"
+#include "ddp/optim/lr_scheduler.h"
+#include "ddp/optim/sgd.h"
+#include "ddp/parallel/distributed.h"
+#include "ddp/parallel/sync_batch_norm.h"
+#include "train_resnet/options.h"
+
+namespace {
+
+using namespace ddp;
+namespace F = ddp::nn::functional;
+using examples::JsonObject;
+using train_resnet::Options;
+
+struct Data {
+  data::DatasetPtr train, test;
+  std::vector<data::TransformPtr> train_transforms, test_transforms;
+  int64_t channels = 3, classes = 10;
+};
+
+bool cifar_style(const std::string& model) {
+  return model == "resnet20" || model == "resnet32" || model == "resnet56";
+}
+
+Data load_data(const Options& o) {
+  Data d;
+  if (o.data == "fashion-mnist") {
+    const std::string dir = o.data_dir.empty() ? "/usr/share/datasets/fashion-mnist" : o.data_dir;
+    d.train = std::make_shared<data::MnistDataset>(dir, data::Split::train);
+    d.test = std::make_shared<data::MnistDataset>(dir, data::Split::test);
+    d.channels = 1;
+    // Mean and std of the Fashion-MNIST training pixels.
+    auto norm = std::make_shared<data::Normalize>(std::vector<float>{0.2860f},
+                                                  std::vector<float>{0.3530f});
+    d.train_transforms = {std::make_shared<data::RandomCrop>(28, 4),
+                          std::make_shared<data::RandomHorizontalFlip>(0.5), norm};
+    d.test_transforms = {norm};
+  } else if (o.data == "cifar10") {
+    const std::string dir = o.data_dir.empty() ? "data/cifar10" : o.data_dir;
+    d.train = std::make_shared<data::Cifar10Dataset>(dir, data::Split::train);
+    d.test = std::make_shared<data::Cifar10Dataset>(dir, data::Split::test);
+    auto norm = std::make_shared<data::Normalize>(std::vector<float>{0.4914f, 0.4822f, 0.4465f},
+                                                  std::vector<float>{0.2470f, 0.2435f, 0.2616f});
+    d.train_transforms = {std::make_shared<data::RandomCrop>(32, 4),
+                          std::make_shared<data::RandomHorizontalFlip>(0.5), norm};
+    d.test_transforms = {norm};
+  } else {  // synthetic: ImageNet-shaped (or CIFAR-shaped for the small ResNets), no transforms
+    const int64_t side = o.image_size > 0 ? o.image_size : (cifar_style(o.model) ? 32 : 224);
+    d.classes = cifar_style(o.model) ? 10 : 1000;
+    d.train = std::make_shared<data::SyntheticImageDataset>(o.synthetic_size, Shape{3, side, side},
+                                                            d.classes, uint64_t(o.seed));
+    d.test = std::make_shared<data::SyntheticImageDataset>(
+        std::max<int64_t>(1, o.synthetic_size / 10), Shape{3, side, side}, d.classes,
+        uint64_t(o.seed) + 1);
+  }
+  return d;
+}
+
+std::shared_ptr<nn::models::ResNet> make_model(const std::string& name, int64_t channels,
+                                               int64_t classes) {
+  namespace M = nn::models;
+  const M::ResNetOptions opts{channels, classes};
+  static const std::map<std::string, std::function<std::shared_ptr<M::ResNet>(M::ResNetOptions)>>
+      builders = {{"resnet20", M::resnet20}, {"resnet32", M::resnet32}, {"resnet56", M::resnet56},
+                  {"resnet18", M::resnet18}, {"resnet34", M::resnet34}, {"resnet50", M::resnet50},
+                  {"resnet101", M::resnet101}};
+  return builders.at(name)(opts);
+}
+
+std::optional<DType> amp_dtype(const std::string& amp) {
+  if (amp == "bf16") return DType::bf16;
+  if (amp == "f16") return DType::f16;
+  return std::nullopt;
+}
+
+struct EvalResult {
+  double accuracy = 0, loss = 0;
+  int64_t examples = 0;
+};
+
+// Sharded evaluation: rank r sees positions r, r + R, ... of the unshuffled
+// test indices; DistributedSampler pads them to a multiple of R with
+// repeats, and those padding positions (>= n) are not counted, so the sums
+// over the ranks cover each test example exactly once.
+EvalResult evaluate(nn::models::ResNet& model, const Data& d, const Options& o, dist::World& world) {
+  const int64_t n = o.eval_limit > 0 ? std::min(o.eval_limit, d.test->size()) : d.test->size();
+  const int world_size = world.size(), rank = world.rank();
+  auto sampler = std::make_shared<data::DistributedSampler>(n, world_size, rank, /*shuffle=*/false);
+  const int64_t batch = std::max<int64_t>(1, o.batch_size / world_size) * 2;
+  data::DataLoader loader(d.test, {.batch_size = batch, .num_workers = int(o.workers),
+                                   .seed = uint64_t(o.seed), .device = world.device},
+                          sampler, d.test_transforms);
+  model.eval();
+  double correct = 0, loss_sum = 0, counted = 0;
+  int64_t position = 0;  // index of this rank's next example in its shard
+  {
+    NoGradGuard no_grad;
+    for (const data::Batch& b : loader) {
+      const int64_t rows = b.size();
+      // Rows whose global position r + j*R is padding (>= n) are dropped.
+      int64_t keep = 0;
+      while (keep < rows && rank + (position + keep) * world_size < n) ++keep;
+      position += rows;
+      if (keep == 0) continue;
+      Tensor x = b.input.narrow(0, 0, keep), y = b.target.narrow(0, 0, keep);
+      if (o.channels_last) x = F::to_channels_last(x);
+      std::optional<amp::Autocast> autocast;
+      if (auto dt = amp_dtype(o.amp)) autocast.emplace(world.device, *dt);
+      Tensor logits = model.forward(x);
+      loss_sum += F::cross_entropy(logits.to(kFloat32), y, F::Reduction::sum).item<float>();
+      correct += double(sum(eq(argmax(logits, 1), y).to(kInt64)).item<int64_t>());
+      counted += double(keep);
+    }
+  }
+  model.train();
+  auto sums = examples::allreduce_sum(world, {correct, loss_sum, counted});
+  return {sums[0] / std::max(1.0, sums[2]), sums[1] / std::max(1.0, sums[2]), int64_t(sums[2])};
+}
+
+int run(const Options& o) {
+  examples::Stopwatch total_clock;
+  dist::World world = examples::join_job(o.backend);
+  const int rank = world.rank(), world_size = world.size();
+  const bool lead = rank == 0;
+  const int threads = world.device.is_cuda() ? 0 : examples::set_cpu_threads(world);
+  const auto batch_or = examples::per_rank_batch(o.batch_size, world, 1, "train_resnet");
+  if (!batch_or) return 2;
+  const int64_t local_batch = *batch_or;
+  manual_seed(uint64_t(o.seed));
+
+  Data d = load_data(o);
+  auto model = make_model(o.model, d.channels, d.classes);
+  if (o.sync_bn) parallel::convert_sync_batchnorm(*model, world.group);
+  model->to(world.device);
+  if (lead) {
+    std::printf("train_resnet: %s on %s, %d rank(s), backend %s, device %s%s\n", o.model.c_str(),
+                d.train->describe().c_str(), world_size, world.group->backend_name().c_str(),
+                examples::describe_device(world.device).c_str(),
+                threads > 0 ? (", " + std::to_string(threads) + " thread(s) per rank").c_str() : "");
+    std::printf("parameters: %lld; global batch %lld (%lld per rank); amp %s%s%s\n",
+                (long long)model->num_parameters(), (long long)o.batch_size,
+                (long long)local_batch, o.amp.c_str(), o.channels_last ? "; channels-last" : "",
+                o.sync_bn ? "; SyncBatchNorm" : "");
+    if (o.print_params)
+      for (const auto& [name, p] : model->named_parameters())
+        std::printf("  %-40s %s\n", name.c_str(), p.describe().c_str());
+    std::fflush(stdout);
+  }
+  parallel::DistributedDataParallel ddp_model(model, world.group,
+                                              {.bucket_cap_mb = o.bucket_cap_mb});
+
+  auto sampler = std::make_shared<data::DistributedSampler>(d.train->size(), world_size, rank,
+                                                            /*shuffle=*/true, uint64_t(o.seed));
+  data::DataLoader loader(d.train, {.batch_size = local_batch, .num_workers = int(o.workers),
+                                    .seed = uint64_t(o.seed), .device = world.device},
+                          sampler, d.train_transforms);
+  const int64_t steps_per_epoch = loader.size();
+  const int64_t schedule_steps = steps_per_epoch * o.epochs;
+  const int64_t stop_step =
+      o.max_steps > 0 ? std::min(o.max_steps, schedule_steps) : schedule_steps;
+  const int64_t warmup = o.warmup_steps >= 0
+                             ? std::min(o.warmup_steps, schedule_steps)
+                             : std::min(schedule_steps, int64_t(std::llround(o.warmup_epochs *
+                                                                              steps_per_epoch)));
+
+  optim::SGD opt(examples::decay_groups(*model), o.lr,
+                 {.momentum = o.momentum, .weight_decay = o.weight_decay,
+                  .nesterov = o.momentum > 0});
+  optim::WarmupCosineLR sched(opt, schedule_steps, {.warmup_steps = warmup, .min_lr = o.min_lr});
+  amp::GradScaler scaler({.enabled = o.amp == "f16"});
+  io::Checkpoint ckpt;
+  ckpt.add("model", model).add("optimizer", opt).add("scheduler", sched).add("scaler", scaler);
+
+  int64_t step = 0;
+  if (o.resume) {
+    if (std::filesystem::exists(std::filesystem::path(o.checkpoint_dir) / io::kCheckpointManifest)) {
+      auto info = io::read_checkpoint_info(o.checkpoint_dir);
+      // The step count means the same only for the same data and global
+      // batch; the number of ranks may change.
+      const std::string batch = std::to_string(o.batch_size);
+      if (info.metadata["model"] != o.model || info.metadata["data"] != o.data ||
+          info.metadata["global_batch"] != batch)
+        throw ValueError("--resume: the checkpoint in '" + o.checkpoint_dir + "' is for " +
+                         info.metadata["model"] + " on " + info.metadata["data"] +
+                         " with global batch " + info.metadata["global_batch"] + ", not " +
+                         o.model + " on " + o.data + " with global batch " + batch);
+      step = io::load_checkpoint(o.checkpoint_dir, ckpt).step;
+      if (lead) std::printf("resumed from step %lld (%s)\n", (long long)step, o.checkpoint_dir.c_str());
+    } else if (lead) {
+      std::printf("no checkpoint in %s; starting from step 0\n", o.checkpoint_dir.c_str());
+    }
+  }
+  const int64_t first_step = step;
+  auto save = [&](int64_t epoch) {
+    io::save_checkpoint(o.checkpoint_dir, ckpt,
+                        {.rank = rank, .epoch = epoch, .step = step,
+                         .metadata = {{"model", o.model}, {"data", o.data},
+                                      {"global_batch", std::to_string(o.batch_size)},
+                                      {"world_size", std::to_string(world_size)}}});
+    world.group->barrier()->wait();  // nobody reads or exits before rank 0 is done
+    if (lead) std::printf("saved checkpoint at step %lld to %s\n", (long long)step,
+                          o.checkpoint_dir.c_str());
+  };
+
+  examples::MetricsFile metrics(o.metrics, rank, /*append=*/step > 0);
+  Tensor loss_acc = Tensor::zeros({}, TensorOptions(kFloat32).device(world.device));
+  int64_t acc_steps = 0;
+  examples::Stopwatch train_clock, interval_clock;
+  double train_s = 0;
+  int64_t interval_start = step;
+  std::optional<EvalResult> result;
+
+  if (lead && step < stop_step)
+    std::printf("training %lld steps (%lld per epoch, %lld epochs, warmup %lld)\n",
+                (long long)(stop_step - step), (long long)steps_per_epoch, (long long)o.epochs,
+                (long long)warmup);
+  interval_clock.reset();
+  for (int64_t epoch = step / steps_per_epoch; epoch < o.epochs && step < stop_step; ++epoch) {
+    loader.set_epoch(epoch);
+    int64_t skip = step - epoch * steps_per_epoch;  // batches already done before a resume
+    train_clock.reset();
+    for (const data::Batch& b : loader) {
+      if (skip > 0) { --skip; continue; }
+      Tensor x = o.channels_last ? F::to_channels_last(b.input) : b.input;
+      Tensor loss;
+      {
+        std::optional<amp::Autocast> autocast;
+        if (auto dt = amp_dtype(o.amp)) autocast.emplace(world.device, *dt);
+        loss = F::cross_entropy(ddp_model(x), b.target);
+      }
+      opt.zero_grad();
+      scaler.scale(loss).backward();
+      scaler.step(opt);
+      scaler.update();
+      sched.step();
+      ++step;
+      {
+        NoGradGuard no_grad;
+        loss_acc.add_(loss.detach().to(kFloat32));
+      }
+      ++acc_steps;
+      const bool last = step == stop_step || step % steps_per_epoch == 0;
+      if (step % o.log_every == 0 || last) {
+        auto sums = examples::allreduce_sum(world, {double(loss_acc.item<float>()), double(acc_steps)});
+        loss_acc.zero_();
+        acc_steps = 0;
+        const double mean_loss = sums[0] / std::max(1.0, sums[1]);
+        const double dt = interval_clock.seconds();
+        const double rate = double((step - interval_start) * o.batch_size) / std::max(dt, 1e-9);
+        interval_clock.reset();
+        interval_start = step;
+        const double elapsed = train_s + train_clock.seconds();
+        const double eta = elapsed / double(step - first_step) * double(stop_step - step);
+        if (lead) {
+          examples::print_progress({.epoch = epoch + 1, .epochs = o.epochs, .step = step,
+                                    .total_steps = stop_step, .loss = mean_loss,
+                                    .lr = opt.param_groups()[0].lr.value_or(o.lr), .rate = rate,
+                                    .eta_s = eta});
+          metrics.write(JsonObject()
+                            .add("step", step)
+                            .add("epoch", double(step) / double(steps_per_epoch))
+                            .add("loss", mean_loss)
+                            .add("lr", opt.param_groups()[0].lr.value_or(o.lr))
+                            .add("images_per_s", rate)
+                            .add("loss_scale", scaler.get_scale())
+                            .add("memory_mib", examples::peak_memory_mib(world.device)));
+        }
+      }
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch);
+      if (step >= stop_step) break;
+    }
+    train_s += train_clock.seconds();
+    if (step % steps_per_epoch == 0) {  // a whole epoch: report test accuracy
+      examples::Stopwatch eval_clock;
+      result = evaluate(*model, d, o, world);
+      interval_clock.exclude(eval_clock.seconds());
+      if (lead) {
+        std::printf("epoch %lld: test accuracy %.2f%%  test loss %.4f  (%lld images)\n",
+                    (long long)(epoch + 1), 100 * result->accuracy, result->loss,
+                    (long long)result->examples);
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (step > first_step && step % steps_per_epoch != 0) result = evaluate(*model, d, o, world);
+  if (!result) result = evaluate(*model, d, o, world);  // nothing left to train: just evaluate
+  if (!o.checkpoint_dir.empty() && step > first_step) save(step / steps_per_epoch);
+
+  const double images_per_s = train_s > 0 ? double((step - first_step) * o.batch_size) / train_s : 0;
+  const double total_s = total_clock.seconds();
+  if (lead) {
+    std::printf("done: %lld steps, test accuracy %.2f%%, %.0f images/s, training %s, total %s\n",
+                (long long)step, 100 * result->accuracy, images_per_s,
+                examples::format_duration(train_s).c_str(), examples::format_duration(total_s).c_str());
+    std::printf("%s\n", JsonObject()
+                            .add("model", o.model)
+                            .add("data", o.data)
+                            .add("world_size", world_size)
+                            .add("backend", world.group->backend_name())
+                            .add("device", world.device.str())
+                            .add("global_batch", o.batch_size)
+                            .add("amp", o.amp)
+                            .add("start_step", first_step)
+                            .add("steps", step)
+                            .add("epochs", double(step) / double(steps_per_epoch))
+                            .add("test_accuracy", result->accuracy)
+                            .add("test_loss", result->loss)
+                            .add("images_per_s", images_per_s)
+                            .add("train_s", train_s)
+                            .add("total_s", total_s)
+                            .add("peak_memory_mib", examples::peak_memory_mib(world.device))
+                            .str()
+                            .c_str());
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = train_resnet::parse_options(argc, argv);
+  try {
+    return run(options);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "train_resnet: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,56 @@
+#include "train_resnet/options.h"
+
+#include "common/cli.h"
+
+namespace train_resnet {
+
+Options parse_options(int argc, char** argv) {
+  Options o;
+  examples::Cli cli("train_resnet",
+                    "Trains a ResNet with DistributedDataParallel on Fashion-MNIST, CIFAR-10 or\n"
+                    "synthetic images. Launch with mpirun, srun, ddprun or torchrun --no-python.");
+  cli.add_string("--model", &o.model, "architecture",
+                 {"resnet20", "resnet32", "resnet56", "resnet18", "resnet34", "resnet50",
+                  "resnet101"});
+  cli.add_string("--data", &o.data, "dataset", {"fashion-mnist", "cifar10", "synthetic"});
+  cli.add_string("--data-dir", &o.data_dir,
+                 "dataset folder (default /usr/share/datasets/fashion-mnist, or ./data/cifar10)");
+  cli.add_int("--epochs", &o.epochs, "passes over the training set; sets the lr schedule", 1);
+  cli.add_int("--max-steps", &o.max_steps,
+              "stop after this many optimizer steps in total (0: no limit; the schedule keeps "
+              "--epochs)",
+              0);
+  cli.add_int("--batch-size", &o.batch_size, "GLOBAL batch; each rank takes batch / world size", 1);
+  cli.add_double("--lr", &o.lr, "peak learning rate (for the global batch)", 0);
+  cli.add_double("--momentum", &o.momentum, "SGD Nesterov momentum", 0);
+  cli.add_double("--weight-decay", &o.weight_decay, "L2 on conv/linear weights only", 0);
+  cli.add_int("--warmup-steps", &o.warmup_steps, "linear warmup steps (overrides --warmup-epochs)", 0);
+  cli.add_double("--warmup-epochs", &o.warmup_epochs, "linear warmup length in epochs", 0);
+  cli.add_double("--min-lr", &o.min_lr, "lr at the end of the cosine", 0);
+  cli.add_string("--amp", &o.amp, "mixed precision (f16 adds a GradScaler)", {"off", "bf16", "f16"});
+  cli.add_flag("--channels-last", &o.channels_last, "feed NHWC images (tensor cores on GPUs)");
+  cli.add_flag("--sync-bn", &o.sync_bn, "convert BatchNorm2d to SyncBatchNorm");
+  cli.add_double("--bucket-cap-mb", &o.bucket_cap_mb, "DDP gradient bucket size in MiB", 0);
+  cli.add_string("--backend", &o.backend, "process group backend (default: nccl on GPUs, "
+                 "mpi under mpirun, else gloo)", {"", "nccl", "gloo", "mpi"});
+  cli.add_string("--checkpoint-dir", &o.checkpoint_dir, "save a checkpoint here at the end");
+  cli.add_int("--checkpoint-every", &o.checkpoint_every, "also save every N steps (0: only at the end)", 0);
+  cli.add_flag("--resume", &o.resume, "continue from the checkpoint in --checkpoint-dir if there is one");
+  cli.add_string("--metrics", &o.metrics, "write one JSON line per logged step to this file");
+  cli.add_int("--log-every", &o.log_every, "steps between progress lines and metrics lines", 1);
+  cli.add_flag("--print-params", &o.print_params, "print every parameter's name and shape");
+  cli.add_int("--seed", &o.seed, "seed of the initial weights, shuffling and augmentation", 0);
+  cli.add_int("--workers", &o.workers, "data loader threads per rank", 0);
+  cli.add_int("--eval-limit", &o.eval_limit, "evaluate on the first N test images (0: all)", 0);
+  cli.add_int("--synthetic-size", &o.synthetic_size, "training images of --data synthetic", 1);
+  cli.add_int("--image-size", &o.image_size, "synthetic image size (0: 32 or 224 by model)", 0);
+  cli.parse(argc, argv);
+  if (o.resume && o.checkpoint_dir.empty()) cli.fail("--resume: needs --checkpoint-dir");
+  if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
+    cli.fail("--checkpoint-every: needs --checkpoint-dir");
+  if (o.data != "synthetic" && cli.given("--image-size"))
+    cli.fail("--image-size: only for --data synthetic");
+  return o;
+}
+
+}  // namespace train_resnet

@@ -1,0 +1,43 @@
+#pragma once
+// train_resnet's command line (docs/examples.md lists every flag).
+
+#include <cstdint>
+#include <string>
+
+namespace train_resnet {
+
+struct Options {
+  std::string model = "resnet20";
+  std::string data = "fashion-mnist";
+  std::string data_dir;            // empty: the default folder of --data
+  int64_t epochs = 2;
+  int64_t max_steps = 0;           // 0: run every epoch
+  int64_t batch_size = 128;        // global, over all ranks
+  double lr = 0.1;                 // for the global batch
+  double momentum = 0.9;
+  double weight_decay = 5e-4;      // not on biases and BatchNorm parameters
+  int64_t warmup_steps = -1;       // -1: from warmup_epochs
+  double warmup_epochs = 0.2;
+  double min_lr = 0.0;
+  std::string amp = "off";         // off, bf16, f16
+  bool channels_last = false;
+  bool sync_bn = false;
+  double bucket_cap_mb = 25.0;
+  std::string backend;             // empty: the device's default
+  std::string checkpoint_dir;
+  int64_t checkpoint_every = 0;    // steps; 0: only at the end
+  bool resume = false;
+  std::string metrics;
+  int64_t log_every = 20;
+  bool print_params = false;
+  int64_t seed = 0;
+  int64_t workers = 1;
+  int64_t eval_limit = 0;          // 0: the whole test split
+  int64_t synthetic_size = 12800;  // training examples of --data synthetic
+  int64_t image_size = 0;          // synthetic only; 0: 32 for CIFAR-style models, else 224
+};
+
+// Parses argv; exits 2 on a bad flag (naming it) and 0 after --help.
+Options parse_options(int argc, char** argv);
+
+}  // namespace train_resnet
