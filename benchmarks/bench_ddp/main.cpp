@@ -7,7 +7,7 @@
 // backward, SGD step) three ways: without DDP, with DDP, and with DDP under
 // no_sync (DDP's bookkeeping without communication); and, on its own, the
 // allreduce of all gradients in the same buckets. From these:
-//   exposed_comm_s  = step_s_ddp - step_s_no_sync   (communication not hidden)
+//   exposed_comm_s  = median over rounds of (ddp step - no_sync step)   (communication not hidden)
 //   hidden_fraction = 1 - exposed_comm_s / allreduce_s
 // --trace writes the last DDP step's bucket timeline as Chrome trace JSON.
 // Usage and results: docs/benchmarks.md.
@@ -65,8 +65,9 @@ double max_over_ranks(ddp::dist::ProcessGroup& g, double v) {
 // The modes are timed in rounds, one step of each per round, after `warmup`
 // untimed rounds: a machine whose speed drifts (another job, frequency
 // changes) then slows every mode alike, instead of whichever ran last.
-std::vector<Stats> time_interleaved(const Options& o, ddp::dist::ProcessGroup& g,
-                                    const std::vector<std::function<void()>>& modes) {
+// Returns the per-round times of each mode (mode-major).
+std::vector<std::vector<double>> time_interleaved(const Options& o, ddp::dist::ProcessGroup& g,
+                                                  const std::vector<std::function<void()>>& modes) {
   for (int i = 0; i < o.warmup; ++i)
     for (const auto& fn : modes) fn();
   std::vector<std::vector<double>> t(modes.size());
@@ -78,9 +79,15 @@ std::vector<Stats> time_interleaved(const Options& o, ddp::dist::ProcessGroup& g
       sync_device(o.device);
       t[m].push_back(max_over_ranks(g, seconds(Clock::now() - start)));
     }
-  std::vector<Stats> out;
-  for (auto& v : t) out.push_back(stats_of(v));
-  return out;
+  return t;
+}
+
+// The median over rounds of a[i] - b[i]: two modes compared within each
+// round, so what drifts between rounds cancels.
+double paired_median(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> d;
+  for (size_t i = 0; i < a.size(); ++i) d.push_back(a[i] - b[i]);
+  return stats_of(d).median;
 }
 
 // All gradients allreduced once, in DDP's buckets, with nothing to hide behind.
@@ -193,17 +200,21 @@ int run(const Options& o) {
   step_synced();
   std::vector<size_t> bucket_bytes;
   for (const auto& b : ddp_model->reducer().last_timeline()) bucket_bytes.push_back(b.bytes);
-  std::vector<Stats> t = time_interleaved(
+  std::vector<std::vector<double>> rounds = time_interleaved(
       o, *group, {step_plain, step_synced, step_no_sync, allreduce_all(o, *group, bucket_bytes, plain.dtype)});
-  const Stats &plain_t = t[0], &ddp_t = t[1], &no_sync_t = t[2], &ar_t = t[3];
+  const Stats plain_t = stats_of(rounds[0]), ddp_t = stats_of(rounds[1]),
+              no_sync_t = stats_of(rounds[2]), ar_t = stats_of(rounds[3]);
   // The last mode of each round is the allreduce; the trace shows the last
   // DDP step.
   auto timeline = ddp_model->reducer().last_timeline();
   Clock::time_point trace_start = bw_start_ddp, trace_end = bw_end_ddp;
   const double tail_wait = max_over_ranks(*group, stats_of(tail_waits).median);
-  const double exposed = std::max(0.0, ddp_t.median - no_sync_t.median);
+  const double hidden_timeline =
+      ar_t.median > 0 ? std::clamp(1.0 - tail_wait / ar_t.median, 0.0, 1.0) : 1.0;
+  // See Note [Interleaved timing]: differences are taken within each round.
+  const double exposed = std::max(0.0, paired_median(rounds[1], rounds[2]));
   const double hidden = ar_t.median > 0 ? std::clamp(1.0 - exposed / ar_t.median, 0.0, 1.0) : 1.0;
-  const double overhead = ddp_t.median / plain_t.median - 1.0;
+  const double overhead = paired_median(rounds[1], rounds[0]) / plain_t.median;
   if (rank0) {
     fmt::print("#\n# {:>10} {:>12} {:>12} {:>12}\n", "step", "median (s)", "min (s)", "max (s)");
     auto row = [](const char* name, const Stats& s) {
@@ -218,7 +229,7 @@ int run(const Options& o) {
                bucket_bytes.size(), exposed, hidden, 100 * overhead);
     fmt::print("# backward's wait after its last gradient (median): {:.5f} s, i.e. {:.3f} of the "
                "allreduce hidden by the timeline\n",
-               tail_wait, ar_t.median > 0 ? std::clamp(1.0 - tail_wait / ar_t.median, 0.0, 1.0) : 1.0);
+               tail_wait, hidden_timeline);
   }
   if (!o.trace_path.empty())
     write_trace(world.size() > 1 ? fmt::format("{}.rank{}", o.trace_path, world.rank())
@@ -234,10 +245,11 @@ int run(const Options& o) {
         "\"num_params\": {}, \"bucket_bytes\": [{}], \"steps\": {}, \"step_s_plain\": {:.6g}, "
         "\"step_s_ddp\": {:.6g}, \"step_s_no_sync\": {:.6g}, \"allreduce_s\": {:.6g}, "
         "\"exposed_comm_s\": {:.6g}, \"hidden_fraction\": {:.6g}, \"ddp_overhead\": {:.6g}, "
-        "\"tail_wait_s\": {:.6g}}}\n",
+        "\"tail_wait_s\": {:.6g}, \"hidden_fraction_timeline\": {:.6g}}}\n",
         o.model, world.group->backend_name(), world.size(), o.device.str(), o.batch_size,
         o.bucket_cap_mb, link_text, plain.num_params, buckets, o.steps, plain_t.median,
-        ddp_t.median, no_sync_t.median, ar_t.median, exposed, hidden, overhead, tail_wait);
+        ddp_t.median, no_sync_t.median, ar_t.median, exposed, hidden, overhead, tail_wait,
+        hidden_timeline);
   }
   return 0;
 }
