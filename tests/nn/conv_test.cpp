@@ -105,6 +105,60 @@ TEST(Conv2dTest, Gradcheck) {
   }
 }
 
+// Channel counts the direct JIT kernels take (multiples of 8, with
+// blocked weights and reorders around them; see Note [oneDNN layouts]),
+// checked against the f64 reference loops in both layouts.
+TEST(Conv2dTest, BlockedKernelsMatchTheF64Reference) {
+  struct Case {
+    int64_t cin, cout, k, stride, pad, groups;
+  };
+  for (Case c : {Case{16, 16, 3, 1, 1, 1}, Case{16, 32, 3, 2, 1, 1}, Case{32, 64, 1, 2, 0, 1},
+                 Case{32, 32, 3, 1, 1, 4}}) {
+    for (bool cl : {false, true}) {
+      SCOPED_TRACE(fmt::format("{}->{} k{} s{} g{} {}", c.cin, c.cout, c.k, c.stride, c.groups,
+                               cl ? "nhwc" : "nchw"));
+      const nn::functional::Conv2dParams params{c.stride, c.pad, 1, c.groups};
+      Tensor x64 = randn({3, c.cin, 9, 10}, kFloat64);
+      Tensor w64 = randn({c.cout, c.cin / c.groups, c.k, c.k}, kFloat64);
+      Tensor b64 = randn({c.cout}, kFloat64);
+      auto run = [&](DType dt, Tensor& dx, Tensor& dw, Tensor& db) {
+        Tensor x = x64.to(dt).detach();
+        if (cl) x = to_channels_last(x).detach();
+        x.set_requires_grad();
+        Tensor w = w64.to(dt).detach(), b = b64.to(dt).detach();
+        w.set_requires_grad(), b.set_requires_grad();
+        Tensor y = nn::functional::conv2d(x, w, b, params);
+        EXPECT_EQ(is_channels_last(y), cl);
+        Tensor dy = tanh(y.detach());
+        sum(y * dy).backward();
+        dx = x.grad(), dw = w.grad(), db = b.grad();
+        return y;
+      };
+      Tensor dx32, dw32, db32, dx64, dw64, db64;
+      Tensor y32 = run(kFloat32, dx32, dw32, db32), y64 = run(kFloat64, dx64, dw64, db64);
+      EXPECT_REL_NEAR(y32, y64.to(kFloat32), 1e-5);
+      EXPECT_REL_NEAR(dx32, dx64.to(kFloat32), 1e-4);
+      EXPECT_REL_NEAR(dw32, dw64.to(kFloat32), 1e-4);
+      EXPECT_REL_NEAR(db32, db64.to(kFloat32), 1e-4);
+    }
+  }
+}
+
+// A grayscale batch is contiguous both ways; to_channels_last() marks it
+// NHWC so that a channels-last model stays NHWC from its first conv on.
+TEST(Conv2dTest, OneChannelInputCanBeChannelsLast) {
+  Tensor x = randn({2, 1, 5, 6});
+  EXPECT_FALSE(is_channels_last(x));
+  Tensor xc = to_channels_last(x);
+  EXPECT_TRUE(is_channels_last(xc));
+  EXPECT_EQ(xc.stride(1), 1);
+  EXPECT_TRUE(allclose(xc, x, 0, 0));
+  Tensor w = randn({8, 1, 3, 3});
+  Tensor y = nn::functional::conv2d(xc, w, Tensor(), {1, 1});
+  EXPECT_TRUE(is_channels_last(y));
+  EXPECT_REL_NEAR(y, nn::functional::conv2d(x, w, Tensor(), {1, 1}), 1e-6);
+}
+
 TEST(Conv2dTest, ReusesCachedPrimitives) {
   auto conv = std::make_shared<nn::Conv2d>(3, 5, 3, 1, 1);
   Tensor x = randn({1, 3, 11, 13}).set_requires_grad();

@@ -52,9 +52,13 @@ ConvCacheStats conv2d_cache_stats(DeviceType device) {
 }
 
 bool is_channels_last(const Tensor& t) {
-  if (!t.defined() || t.dim() != 4 || t.is_contiguous()) return false;
+  if (!t.defined() || t.dim() != 4) return false;
   const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
   const Shape& st = t.strides();
+  // A 1-channel image batch is contiguous both ways; it counts as NHWC only
+  // when to_channels_last() marked it so (channel stride 1), so that a
+  // channels-last model's first conv keeps its output NHWC.
+  if (t.is_contiguous() && !(c == 1 && h * w > 1 && st[1] == 1)) return false;
   // A dim of size 1 may have any stride.
   return (c == 1 || st[1] == 1) && (w == 1 || st[3] == c) && (h == 1 || st[2] == w * c) &&
          (t.size(0) == 1 || st[0] == h * w * c);
@@ -65,6 +69,8 @@ Tensor to_channels_last(const Tensor& t) {
               "to_channels_last: expected a 4-D [N, C, H, W] tensor, got {}",
               t.defined() ? t.describe() : "an undefined tensor");
   if (is_channels_last(t)) return t;
+  if (t.size(1) == 1)  // [N, 1, H, W] -> [N, H, W, 1] keeps the element order
+    return t.contiguous().reshape({t.size(0), t.size(2), t.size(3), 1}).permute({0, 3, 1, 2});
   return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
 }
 

@@ -16,8 +16,10 @@
 // conv2d, batch_norm and max_pool2d accept both layouts and give their output
 // (and the input's gradient) the input's layout, so a model fed NHWC tensors
 // stays NHWC, which is what lets cuDNN use tensor cores for f16/bf16.
-// to_channels_last() converts; a tensor that is both (C == 1, or H = W = 1)
-// is treated as NCHW.
+// to_channels_last() converts. A tensor that is both (H = W = 1, or C = 1)
+// is treated as NCHW, except a 1-channel tensor that to_channels_last()
+// made (channel stride 1), so that a grayscale input keeps a channels-last
+// model NHWC.
 
 #include <cstdint>
 
