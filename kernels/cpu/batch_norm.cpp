@@ -20,6 +20,28 @@ Dims dims_of(const Tensor& x) {
   return d;
 }
 
+// Note [Batch-norm sums]
+// Each row (one sample's plane of one channel, S elements) is summed in
+// kLanes independent accumulators of T, which the compiler turns into SIMD
+// adds; the rows' sums are then added in double. An f32 row of a ResNet
+// (S <= 1024 for 32x32 images) thus adds about S / 8 values per lane in
+// float, far inside the 1e-4 tolerance batch statistics are checked to,
+// while the double across rows keeps large batches accurate. One serial
+// double accumulator per channel cannot vectorise: it made batch_norm
+// about 13% of a resnet20 CPU step.
+template <class T, class F>
+double lane_sum(int64_t s, F&& f) {
+  constexpr int kLanes = 8;
+  T acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= s; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += f(i + j);
+  double total = 0;
+  for (; i < s; ++i) total += double(f(i));
+  for (int j = 0; j < kLanes; ++j) total += double(acc[j]);
+  return total;
+}
+
 template <class T>
 void stats(const Tensor& x, const Tensor& mean, const Tensor& var) {
   const Dims d = dims_of(x);
@@ -29,15 +51,15 @@ void stats(const Tensor& x, const Tensor& mean, const Tensor& var) {
     double sum = 0;
     for (int64_t n = 0; n < d.n; ++n) {
       const T* row = px + (n * d.c + c) * d.s;
-      for (int64_t i = 0; i < d.s; ++i) sum += double(row[i]);
+      sum += lane_sum<T>(d.s, [row](int64_t i) { return row[i]; });
     }
-    const double m = sum / count;
+    const T m = T(sum / count);
     double sq = 0;  // two passes: no cancellation in E[x²] − E[x]²
     for (int64_t n = 0; n < d.n; ++n) {
       const T* row = px + (n * d.c + c) * d.s;
-      for (int64_t i = 0; i < d.s; ++i) sq += (double(row[i]) - m) * (double(row[i]) - m);
+      sq += lane_sum<T>(d.s, [row, m](int64_t i) { return (row[i] - m) * (row[i] - m); });
     }
-    mean.data<T>()[c] = T(m);
+    mean.data<T>()[c] = m;
     var.data<T>()[c] = T(sq / count);
   }
 }
@@ -68,27 +90,26 @@ void backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tenso
   const T* pw = weight.defined() ? weight.data<T>() : nullptr;
   const double count = double(d.n * d.s);
   for (int64_t c = 0; c < d.c; ++c) {
-    const double m = double(pm[c]), is = double(pi[c]);
-    double sum_dy = 0, sum_dy_xhat = 0;
+    const T m = pm[c], is = pi[c];
+    double sum_dy = 0, sum_dy_xc = 0;  // see Note [Batch-norm sums]
     for (int64_t n = 0; n < d.n; ++n) {
-      const int64_t base = (n * d.c + c) * d.s;
-      for (int64_t i = 0; i < d.s; ++i) {
-        sum_dy += double(pdy[base + i]);
-        sum_dy_xhat += double(pdy[base + i]) * (double(px[base + i]) - m) * is;
-      }
+      const T *rx = px + (n * d.c + c) * d.s, *rdy = pdy + (n * d.c + c) * d.s;
+      sum_dy += lane_sum<T>(d.s, [rdy](int64_t i) { return rdy[i]; });
+      sum_dy_xc += lane_sum<T>(d.s, [rx, rdy, m](int64_t i) { return rdy[i] * (rx[i] - m); });
     }
+    const double sum_dy_xhat = sum_dy_xc * double(is);
     if (dweight.defined()) dweight.data<T>()[c] = T(sum_dy_xhat);
     if (dbias.defined()) dbias.data<T>()[c] = T(sum_dy);
     if (!dx.defined()) continue;
-    const double k = is * (pw ? double(pw[c]) : 1.0);
-    const double mean_dy = batch_stats ? sum_dy / count : 0.0;
-    const double mean_dy_xhat = batch_stats ? sum_dy_xhat / count : 0.0;
+    const T k = is * (pw ? pw[c] : T(1));
+    const T mean_dy = batch_stats ? T(sum_dy / count) : T(0);
+    const T mean_dy_xhat = batch_stats ? T(sum_dy_xhat / count) : T(0);
     T* pdx = dx.data<T>();
     for (int64_t n = 0; n < d.n; ++n) {
       const int64_t base = (n * d.c + c) * d.s;
       for (int64_t i = 0; i < d.s; ++i) {
-        const double xhat = (double(px[base + i]) - m) * is;
-        pdx[base + i] = T(k * (double(pdy[base + i]) - mean_dy - xhat * mean_dy_xhat));
+        const T xhat = (px[base + i] - m) * is;
+        pdx[base + i] = k * (pdy[base + i] - mean_dy - xhat * mean_dy_xhat);
       }
     }
   }
