@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Golden values for whole models, from PyTorch (Debian's python3-torch 1.13;
-torchvision is not packaged, so the models are written out here with
-torchvision's / GPT-2's module names, which is what libddp's must match):
+torchvision is not packaged, so the models are written out, with
+torchvision's / GPT-2's module names, which is what libddp's must match, in
+benchmarks/reference/torch_models.py):
 
   resnet20   He et al. §4.2 with projection shortcuts, 1 input channel,
              10 classes, train mode (batch statistics), batch 2x1x32x32
@@ -15,133 +16,18 @@ for a fixed random dout with respect to the input (ResNets) and to chosen
 parameters ("<model>.grad.<name>"), and the BatchNorm running statistics after
 the step ("<model>.after.<name>"). Writes models.safetensors beside this
 script; run with /usr/bin/python3."""
-import math
 import os
+import sys
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from make_safetensors import write_safetensors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-class BasicBlock(nn.Module):
-    def __init__(self, cin, planes, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(cin, planes, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.downsample = None
-        if stride != 1 or cin != planes:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, planes, 1, stride, bias=False),
-                                            nn.BatchNorm2d(planes))
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.bn2(self.conv2(y))
-        return F.relu(y + (self.downsample(x) if self.downsample is not None else x))
-
-
-class Bottleneck(nn.Module):
-    def __init__(self, cin, planes, stride):
-        super().__init__()
-        out = planes * 4
-        self.conv1 = nn.Conv2d(cin, planes, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(planes)
-        self.conv2 = nn.Conv2d(planes, planes, 3, stride, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(planes)
-        self.conv3 = nn.Conv2d(planes, out, 1, bias=False)
-        self.bn3 = nn.BatchNorm2d(out)
-        self.downsample = None
-        if stride != 1 or cin != out:
-            self.downsample = nn.Sequential(nn.Conv2d(cin, out, 1, stride, bias=False),
-                                            nn.BatchNorm2d(out))
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = F.relu(self.bn2(self.conv2(y)))
-        y = self.bn3(self.conv3(y))
-        return F.relu(y + (self.downsample(x) if self.downsample is not None else x))
-
-
-class CifarResNet(nn.Module):
-    def __init__(self, depth, cin, classes):
-        super().__init__()
-        n = (depth - 2) // 6
-        self.conv1 = nn.Conv2d(cin, 16, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(16)
-        planes_in = 16
-        for s, planes in enumerate([16, 32, 64]):
-            blocks = []
-            for b in range(n):
-                blocks.append(BasicBlock(planes_in, planes, 2 if (s > 0 and b == 0) else 1))
-                planes_in = planes
-            setattr(self, f"layer{s + 1}", nn.Sequential(*blocks))
-        self.fc = nn.Linear(64, classes)
-
-    def forward(self, x):
-        y = F.relu(self.bn1(self.conv1(x)))
-        y = self.layer3(self.layer2(self.layer1(y)))
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
-
-
-class Attention(nn.Module):
-    def __init__(self, c, heads):
-        super().__init__()
-        self.c_attn = nn.Linear(c, 3 * c)
-        self.c_proj = nn.Linear(c, c)
-        self.heads = heads
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        shape = lambda t: t.view(B, T, self.heads, C // self.heads).transpose(1, 2)
-        q, k, v = shape(q), shape(k), shape(v)
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
-        att = att.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
-        y = torch.softmax(att, dim=-1) @ v
-        return self.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
-
-
-class MLP(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.c_fc = nn.Linear(c, 4 * c)
-        self.c_proj = nn.Linear(4 * c, c)
-
-    def forward(self, x):
-        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
-
-
-class Block(nn.Module):
-    def __init__(self, c, heads):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(c)
-        self.attn = Attention(c, heads)
-        self.ln_2 = nn.LayerNorm(c)
-        self.mlp = MLP(c)
-
-    def forward(self, x):
-        x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
-
-
-class GPT(nn.Module):
-    def __init__(self, vocab, block, layers, heads, c):
-        super().__init__()
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(vocab, c), wpe=nn.Embedding(block, c),
-            h=nn.ModuleList([Block(c, heads) for _ in range(layers)]), ln_f=nn.LayerNorm(c)))
-
-    def forward(self, idx):
-        t = self.transformer
-        x = t.wte(idx) + t.wpe(torch.arange(idx.shape[1]))
-        for b in t.h:
-            x = b(x)
-        return t.ln_f(x) @ t.wte.weight.t()
+# The model definitions are shared with the PyTorch reference benchmarks.
+sys.path.insert(0, os.path.join(HERE, "..", "..", "benchmarks", "reference"))
+from torch_models import GPT, Bottleneck, CifarResNet  # noqa: E402
 
 
 def perturb_norms(model):
