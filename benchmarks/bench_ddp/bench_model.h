@@ -1,9 +1,12 @@
 #pragma once
-// The models bench_ddp can time, with a synthetic batch and a loss.
+// The models bench_ddp can time, with a synthetic batch and a loss; built
+// from the model zoo that bench_resnet and bench_gpt share
+// (benchmarks/common/models.h).
 
 #include <functional>
 #include <memory>
 
+#include "common/models.h"
 #include "ddp/nn/module.h"
 #include "options.h"
 
@@ -17,13 +20,10 @@ struct BenchModel {
   ddp::DType dtype = ddp::DType::f32;
 };
 
-struct Batch {
-  ddp::Tensor x, y;
-};
-
 // Built from the same seed every time, on o.device.
 BenchModel make_bench_model(const Options& o);
-// Random inputs and targets of the model's shape, different on each rank.
+// Random inputs and targets of the model's shape (Batch: common/models.h),
+// different on each rank.
 Batch make_batch(const Options& o, int rank);
 
 }  // namespace bench
