@@ -88,6 +88,21 @@ Tensor in_layout(const Tensor& t, bool channels_last) {
   return t.contiguous();
 }
 
+// See Note [NCHW convolutions on the CPU] (f32, CPU).
+Tensor to_nhwc_cpu(const Tensor& t) {
+  if (is_channels_last(t)) return t;
+  if (t.size(1) == 1) return to_channels_last(t);  // a view, no copy
+  Tensor out = empty_nchw(t.shape(), t.dtype(), t.device(), /*channels_last=*/true);
+  conv_detail::onednn::copy_layout(t, out);
+  return out;
+}
+Tensor to_nchw_cpu(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = Tensor::empty(t.shape(), t.dtype());
+  conv_detail::onednn::copy_layout(t, out);
+  return out;
+}
+
 ConvGeometry check_args(const std::string& who, const Tensor& x, const Tensor& w, const Tensor& b,
                         const Conv2dParams& p) {
   DDP_CHECK(x.defined() && w.defined(), "{}: undefined input or weight", who);
@@ -170,11 +185,19 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                 who);
   }
 
-  Tensor xin = in_layout(x.detach(), g.channels_last);
+  // Note [NCHW convolutions on the CPU]: oneDNN's kernels run NHWC (Note
+  // [oneDNN layouts]). An NCHW f32 convolution converts x and dy once here,
+  // and keeps x's NHWC copy for backward-weights, instead of each pass
+  // converting its own inputs: four layout passes per convolution instead
+  // of six. y and dx are handed back NCHW, so callers see no difference.
+  const bool nchw_out = !x.is_cuda() && g.dtype == DType::f32 && !g.channels_last;
+  if (nchw_out) g.channels_last = true;
+  Tensor xin = nchw_out ? to_nhwc_cpu(x.detach()) : in_layout(x.detach(), g.channels_last);
   Tensor w = weight.detach().contiguous();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor y = empty_nchw({g.n, g.o, g.oh, g.ow}, g.dtype, x.device(), g.channels_last);
   run_forward(g, xin, w, b, y);
+  if (nchw_out) y = to_nchw_cpu(y);
 
   if (autograd::needs_grad({x, weight, bias})) {
     const bool need_dx = autograd::needs_grad({x});
@@ -182,12 +205,14 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     const bool need_db = autograd::needs_grad({bias});
     autograd::record(
         "conv2d", {x, weight, bias}, {y},
-        [g, xin, w, need_dx, need_dw, need_db](const Tensors& grads) -> Tensors {
-          Tensor dy = in_layout(grads[0].detach(), g.channels_last);
+        [g, xin, w, need_dx, need_dw, need_db, nchw_out](const Tensors& grads) -> Tensors {
+          Tensor dy = nchw_out ? to_nhwc_cpu(grads[0].detach())
+                               : in_layout(grads[0].detach(), g.channels_last);
           Tensor dx, dw, db;
           if (need_dx) {
             dx = empty_nchw({g.n, g.c, g.h, g.w}, g.dtype, dy.device(), g.channels_last);
             run_backward_data(g, dy, w, dx);
+            if (nchw_out) dx = to_nchw_cpu(dx);
           }
           if (need_dw || need_db) {
             TensorOptions opts = TensorOptions(g.dtype).device(dy.device());

@@ -38,6 +38,10 @@ struct ConvGeometry {
 // CPU, f32, through oneDNN primitives (conv_onednn.cpp).
 namespace onednn {
 DDP_CONV_BACKEND_DECLS
+// dst = src for two f32 CPU tensors of one shape and any strides, through a
+// cached oneDNN reorder (far faster than a generic strided copy for the
+// NCHW <-> NHWC conversions of Note [NCHW convolutions on the CPU]).
+void copy_layout(const Tensor& src, const Tensor& dst);
 }
 // CPU, f64 only: plain loops, for gradcheck (conv_reference.cpp).
 namespace reference {

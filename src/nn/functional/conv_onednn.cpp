@@ -32,6 +32,9 @@
 
 #if DDP_HAVE_DNNL
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -266,7 +269,47 @@ void execute(const ConvGeometry& g, Pass pass, const std::vector<const Tensor*>&
   }
 }
 
+// Reorders between two strided layouts of one shape, cached by shape and
+// strides (a network converts the same few activation shapes every step).
+const dnnl::reorder& layout_reorder(const memory::desc& from, const memory::desc& to,
+                                    const std::string& key) {
+  struct ReorderCache {
+    std::mutex mu;
+    std::unordered_map<std::string, std::shared_ptr<dnnl::reorder>> map;
+  };
+  static auto* c = new ReorderCache;  // leaked, like cache()
+  std::lock_guard<std::mutex> lock(c->mu);
+  auto it = c->map.find(key);
+  if (it != c->map.end()) return *it->second;
+  if (c->map.size() >= 512) c->map.clear();
+  auto r = std::make_shared<dnnl::reorder>(
+      dnnl::reorder::primitive_desc(cpu_engine(), from, cpu_engine(), to));
+  return *c->map.emplace(key, r).first->second;
+}
+
 }  // namespace
+
+void copy_layout(const Tensor& src, const Tensor& dst) {
+  DDP_CHECK(src.dtype() == DType::f32 && dst.dtype() == DType::f32 && src.shape() == dst.shape(),
+            "conv2d copy_layout: f32 tensors of one shape expected, got {} and {}", src.describe(),
+            dst.describe());
+  const memory::dims dims(src.shape().begin(), src.shape().end());
+  const memory::desc from(dims, dt::f32, memory::dims(src.strides().begin(), src.strides().end()));
+  const memory::desc to(dims, dt::f32, memory::dims(dst.strides().begin(), dst.strides().end()));
+  const std::string key = fmt::format("{}|{}|{}", fmt::join(dims, "x"),
+                                      fmt::join(src.strides(), ","), fmt::join(dst.strides(), ","));
+  try {
+    // Shared reorders have no scratchpad: a layout reorder of plain strides needs none.
+    const dnnl::reorder& r = layout_reorder(from, to, key);
+    dnnl::stream stream(cpu_engine());
+    memory m_from(from, cpu_engine(), src.data_ptr()), m_to(to, cpu_engine(), dst.data_ptr());
+    r.execute(stream, m_from, m_to);
+    stream.wait();
+  } catch (const dnnl::error& err) {
+    DDP_THROW(Error, "conv2d copy_layout (oneDNN): {} (status {}) for {} -> {}", err.what(),
+              int(err.status), src.describe(), dst.describe());
+  }
+}
 
 ConvCacheStats cache_stats() {
   Cache& c = cache();
@@ -314,6 +357,7 @@ void backward_weights(const ConvGeometry&, const Tensor&, const Tensor&, const T
   no_dnnl();
 }
 ConvCacheStats cache_stats() { return {}; }
+void copy_layout(const Tensor&, const Tensor&) { no_dnnl(); }
 }  // namespace ddp::nn::functional::conv_detail::onednn
 
 #endif
