@@ -23,8 +23,9 @@ def common_parser(description, batch_size, steps, warmup):
     p.add_argument("--steps", type=int, default=steps, help="timed steps")
     p.add_argument("--warmup", type=int, default=warmup, help="untimed steps first")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (torch >= 2)")
-    p.add_argument("--peak-tflops", type=float, default=989.4,
-                   help="the device's peak for MFU (989.4: H100/H200 SXM dense bf16)")
+    p.add_argument("--peak-tflops", type=float, default=0.0,
+                   help="the device's peak for MFU (default on CUDA: 989.4, H100/H200 SXM "
+                        "dense bf16; on a CPU none, so MFU is n/a, as in bench_resnet)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0,
                    help="CPU threads (default: OMP_NUM_THREADS or all cores)")
@@ -118,18 +119,21 @@ def report(times, items_per_step, unit, flops_per_item, num_params, args, compil
            "threads": torch.get_num_threads() if args.device == "cpu" else None,
            "batch_size": args.batch_size}
     out.update(extra)
+    peak = args.peak_tflops or (989.4 if args.device == "cuda" else 0.0)
+    mfu = tflops / peak if peak > 0 else None
     out.update({
         "amp": args.amp, "warmup": args.warmup, "steps": args.steps, "num_params": num_params,
         "flops_per_sample": flops_per_item,
         "step_s_median": median, "step_s_p10": quantile(t, 0.1), "step_s_p90": quantile(t, 0.9),
         "step_s_min": t[0], "step_s_max": t[-1], "step_s_mean": statistics.fmean(t),
-        f"{unit}_per_s": rate, "tflops": tflops, "peak_tflops": args.peak_tflops,
-        "mfu": tflops / args.peak_tflops, "peak_memory_mib": peak_memory_mib(args.device),
+        f"{unit}_per_s": rate, "tflops": tflops, "peak_tflops": peak or None,
+        "mfu": mfu, "peak_memory_mib": peak_memory_mib(args.device),
         "compile": compiled, "torch": torch.__version__,
     })
     print(f"{rate:.1f} {unit}/s, step median {1e3 * median:.2f} ms (p10 {1e3 * out['step_s_p10']:.2f}, "
-          f"p90 {1e3 * out['step_s_p90']:.2f}), {tflops:.2f} TFLOP/s = MFU {100 * out['mfu']:.2f}% "
-          f"of {args.peak_tflops}, peak memory {out['peak_memory_mib']:.0f} MiB")
+          f"p90 {1e3 * out['step_s_p90']:.2f}), {tflops:.2f} TFLOP/s, MFU "
+          f"{f'{100 * mfu:.2f}% of {peak}' if mfu is not None else 'n/a'}, "
+          f"peak memory {out['peak_memory_mib']:.0f} MiB")
     line = json.dumps(out)
     if args.json:
         with open(args.json, "w") as f:

@@ -14,6 +14,7 @@ figures are throughput of the whole machine."""
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -40,6 +41,7 @@ def parse_args():
 
 def last_json(stdout, who):
     for line in reversed(stdout.strip().splitlines()):
+        line = re.sub(r"^\[\d+\]: ", "", line)  # ddprun's rank prefix
         if line.startswith("{"):
             return json.loads(line)
     raise RuntimeError(f"{who}: no JSON line in its output:\n{stdout[-2000:]}")
