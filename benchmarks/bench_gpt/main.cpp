@@ -129,21 +129,9 @@ int run(const Options& o, const ddp::Device& device) {
 }  // namespace bench
 
 int main(int argc, char** argv) {
-  bench::Options o;
-  ddp::Device device;
-  try {
-    o = bench::parse(argc, argv, device);
-  } catch (const bench::UsageExit& e) {
-    std::fputs(e.what(), e.code == 0 ? stdout : stderr);
-    return e.code;
-  }
-  try {
+  return bench::guarded_main("bench_gpt", [&] {
+    ddp::Device device;
+    const bench::Options o = bench::parse(argc, argv, device);
     return bench::run(o, device);
-  } catch (const ddp::Error& e) {
-    std::fprintf(stderr, "bench_gpt: %s\n", e.what());
-    return 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_gpt: unexpected error: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -2,9 +2,12 @@
 
 #include <fmt/format.h>
 
+#include "ddp/core/error.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 namespace bench {
@@ -132,6 +135,21 @@ std::string ArgParser::usage() const {
   }
   out += fmt::format("  {:<26} {}\n", "--help", "print this text");
   return out;
+}
+
+int guarded_main(const char* program, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const UsageExit& e) {
+    std::fputs(e.what(), e.code == 0 ? stdout : stderr);
+    return e.code;
+  } catch (const ddp::Error& e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: unexpected error: %s\n", program, e.what());
+    return 1;
+  }
 }
 
 }  // namespace bench

@@ -26,6 +26,12 @@ struct UsageExit : std::runtime_error {
   int code;  // 0 for --help, 2 for a bad command line
 };
 
+// A benchmark's main(): runs body (which parses the command line and runs
+// the benchmark) and turns what it throws into a message and an exit
+// status: UsageExit's own (Note [Benchmark usage errors]), 1 for a
+// ddp::Error or any other exception.
+int guarded_main(const char* program, const std::function<int()>& body);
+
 class ArgParser {
  public:
   ArgParser(std::string program, std::string summary);

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "ddp/core/error.h"
+#include "ddp/io/json.h"
 #include "ddp/version.h"
 #include "hardware.h"
 #include "stats.h"
@@ -14,23 +15,6 @@
 namespace bench {
 
 // ---- JsonObject --------------------------------------------------------------
-
-namespace {
-
-std::string quoted(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", int(c));
-      continue;
-    }
-    out.push_back(c);
-  }
-  return out + "\"";
-}
-
-}  // namespace
 
 JsonObject& JsonObject::add(const std::string& key, double value) {
   fields_.emplace_back(key, std::isfinite(value) ? fmt::format("{}", value) : "null");
@@ -45,7 +29,7 @@ JsonObject& JsonObject::add(const std::string& key, bool value) {
   return *this;
 }
 JsonObject& JsonObject::add(const std::string& key, const std::string& value) {
-  fields_.emplace_back(key, quoted(value));
+  fields_.emplace_back(key, ddp::io::json::quote(value));
   return *this;
 }
 JsonObject& JsonObject::add(const std::string& key, std::optional<double> value) {
@@ -61,7 +45,7 @@ JsonObject& JsonObject::append(const JsonObject& other) {
 std::string JsonObject::str() const {
   std::string out = "{";
   for (size_t i = 0; i < fields_.size(); ++i)
-    out += fmt::format("{}{}: {}", i ? ", " : "", quoted(fields_[i].first), fields_[i].second);
+    out += fmt::format("{}{}: {}", i ? ", " : "", ddp::io::json::quote(fields_[i].first), fields_[i].second);
   return out + "}";
 }
 
