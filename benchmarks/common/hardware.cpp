@@ -1,16 +1,13 @@
 #include "hardware.h"
 
-#include <dlfcn.h>
 #include <sys/resource.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #include <fmt/format.h>
 
 #include <thread>
 
 #include "ddp/core/error.h"
+#include "ddp/core/threads.h"
 #include "ddp/tensor/cuda.h"
 
 namespace bench {
@@ -43,21 +40,8 @@ std::string device_name(const ddp::Device& device) {
 }
 
 int set_cpu_threads(int threads) {
-  if (threads > 0) {
-#ifdef _OPENMP
-    omp_set_num_threads(threads);
-#endif
-    // OpenBLAS keeps a pool of its own; libddp links it, we do not, so the
-    // setter is looked up rather than linked.
-    using SetThreads = void (*)(int);
-    if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-      f(threads);
-  }
-#ifdef _OPENMP
-  return omp_get_max_threads();
-#else
-  return threads > 0 ? threads : int(std::thread::hardware_concurrency());
-#endif
+  if (threads > 0) ddp::set_num_threads(threads);  // Note [CPU threads]
+  return ddp::get_num_threads();
 }
 
 namespace {

@@ -1,15 +1,11 @@
 #include "common/trainer_util.h"
 
-#include <dlfcn.h>
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #include <cstdio>
 #include <cstdlib>
 #include <algorithm>
 #include <thread>
 
+#include "ddp/core/threads.h"
 #include "ddp/tensor/cuda.h"
 #include "ddp/tensor/tensor.h"
 
@@ -64,14 +60,7 @@ int set_cpu_threads(const ddp::dist::World& world) {
     return std::max(1, std::atoi(env));
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const int threads = std::max(1, cores / std::max(1, world.env.local_world_size));
-#ifdef _OPENMP
-  omp_set_num_threads(threads);
-#endif
-  // OpenBLAS keeps its own pool; it is linked by libddp, not by us, so look
-  // the setter up instead of linking it.
-  using SetThreads = void (*)(int);
-  if (auto f = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    f(threads);
+  ddp::set_num_threads(threads);  // Note [CPU threads]
   return threads;
 }
 

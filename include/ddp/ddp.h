@@ -12,6 +12,7 @@
 #include "ddp/core/env.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
+#include "ddp/core/threads.h"
 #include "ddp/data/data.h"
 #include "ddp/dist/init.h"
 #include "ddp/dist/launch_env.h"
