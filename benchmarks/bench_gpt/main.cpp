@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "common/bench_options.h"
 #include "common/cli.h"
 #include "common/hardware.h"
 #include "common/models.h"
@@ -27,44 +28,25 @@
 namespace bench {
 namespace {
 
-struct Options {
+struct Options : CommonOptions {
   std::string model = "gpt2_124m";
-  std::string device;  // empty: default_device()
   int64_t batch_size = 4;
   int64_t seq_len = 0;  // 0: the model's context
-  std::string amp = "off";
-  int64_t warmup = 3, steps = 10, threads = 0;
-  double peak_tflops = 0;
-  std::string json_path;
-  bool dry_run = false;
 };
 
 Options parse(int argc, char** argv, ddp::Device& device) {
   Options o;
-  o.device = default_device().is_cuda() ? "cuda" : "cpu";
+  o.warmup = 3, o.steps = 10;
   ArgParser args("bench_gpt",
                  "Times GPT training steps (forward, loss, backward, AdamW) on one device,\n"
                  "on synthetic tokens; reports tokens/s, step-time spread, peak memory and MFU.");
   args.add_string("--model", &o.model, "the GPT (gpt2 = gpt2_124m)", gpt_names());
-  args.add_string("--device", &o.device,
-                  "cpu, cuda or cuda:N (default cuda when a GPU exists, else cpu)", {}, "DEVICE");
   args.add_int("--batch-size", &o.batch_size, "sequences per step (B)", 1);
   args.add_int("--seq-len", &o.seq_len,
                "tokens per sequence (T; default the context: 64 for gpt-tiny, 1024 for GPT-2)", 1);
-  args.add_string("--amp", &o.amp, "autocast dtype; f16 adds a GradScaler", {"off", "bf16", "f16"});
-  args.add_int("--warmup", &o.warmup, "untimed steps first", 0);
-  args.add_int("--steps", &o.steps, "timed steps", 1);
-  args.add_int("--threads", &o.threads, "CPU threads (default: OMP_NUM_THREADS or all cores)", 0);
-  args.add_double("--peak-tflops", &o.peak_tflops,
-                  "device peak in TFLOP/s for MFU (default: the GPU table; none on CPU)", 0.0);
-  args.add_string("--json", &o.json_path, "write the results as one JSON object to FILE", {},
-                  "FILE");
-  args.add_flag("--dry-run", &o.dry_run, "print the header (FLOPs per token) and exit");
+  add_common_options(args, o, "token");
   args.parse(argc, argv);
-  auto d = parse_device(o.device);
-  if (!d) args.fail(fmt::format("--device: '{}' is not cpu, cuda or cuda:N", o.device));
-  device = *d;
-  if (o.threads > 0 && device.is_cuda()) args.fail("--threads applies to --device cpu only");
+  device = common_device(args, o);
   if (o.seq_len == 0) o.seq_len = default_seq_len(o.model);
   return o;
 }

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <exception>
 
+#include "common/bench_options.h"
 #include "common/cli.h"
 #include "common/hardware.h"
 #include "common/models.h"
@@ -28,46 +29,27 @@
 namespace bench {
 namespace {
 
-struct Options {
+struct Options : CommonOptions {
   std::string model = "resnet50";
-  std::string device;  // empty: default_device()
   int64_t batch_size = 32;
   int64_t image_size = 0;  // 0: the model's own
-  std::string amp = "off";
   bool channels_last = false;
-  int64_t warmup = 5, steps = 20, threads = 0;
-  double peak_tflops = 0;
-  std::string json_path;
-  bool dry_run = false;
 };
 
 Options parse(int argc, char** argv, ddp::Device& device) {
   Options o;
-  o.device = default_device().is_cuda() ? "cuda" : "cpu";
+  o.warmup = 5, o.steps = 20;
   ArgParser args("bench_resnet",
                  "Times ResNet training steps (forward, loss, backward, SGD) on one device,\n"
                  "on a synthetic batch; reports images/s, step-time spread, peak memory and MFU.");
   args.add_string("--model", &o.model, "the ResNet", resnet_names());
-  args.add_string("--device", &o.device,
-                  "cpu, cuda or cuda:N (default cuda when a GPU exists, else cpu)", {}, "DEVICE");
   args.add_int("--batch-size", &o.batch_size, "images per step", 1);
   args.add_int("--image-size", &o.image_size,
                "image side (default 224 for resnet18-101, 32 for resnet20/32/56)", 1);
-  args.add_string("--amp", &o.amp, "autocast dtype; f16 adds a GradScaler", {"off", "bf16", "f16"});
   args.add_flag("--channels-last", &o.channels_last, "feed NHWC images (tensor cores on GPUs)");
-  args.add_int("--warmup", &o.warmup, "untimed steps first", 0);
-  args.add_int("--steps", &o.steps, "timed steps", 1);
-  args.add_int("--threads", &o.threads, "CPU threads (default: OMP_NUM_THREADS or all cores)", 0);
-  args.add_double("--peak-tflops", &o.peak_tflops,
-                  "device peak in TFLOP/s for MFU (default: the GPU table; none on CPU)", 0.0);
-  args.add_string("--json", &o.json_path, "write the results as one JSON object to FILE", {},
-                  "FILE");
-  args.add_flag("--dry-run", &o.dry_run, "print the header (FLOPs per image) and exit");
+  add_common_options(args, o, "image");
   args.parse(argc, argv);
-  auto d = parse_device(o.device);
-  if (!d) args.fail(fmt::format("--device: '{}' is not cpu, cuda or cuda:N", o.device));
-  device = *d;
-  if (o.threads > 0 && device.is_cuda()) args.fail("--threads applies to --device cpu only");
+  device = common_device(args, o);
   if (o.image_size == 0) o.image_size = default_image_size(o.model);
   return o;
 }
