@@ -16,6 +16,7 @@
 #include "ddp/nn/functional/batch_norm.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/tensor/ops.h"
+#include "nn/functional/batch_norm_backend.h"
 
 namespace ddp::parallel {
 
@@ -28,43 +29,23 @@ std::vector<int64_t> reduce_dims(int64_t rank) {
   return dims;
 }
 
-// [C] viewed as [1, C, 1, ...] to broadcast against an input of this rank.
-Tensor per_channel(const Tensor& t, int64_t rank) {
-  Shape s(size_t(rank), 1);
-  s[1] = t.size(0);
-  return t.view(s);
-}
-
 DType compute_dtype(DType input) { return input == DType::f64 ? DType::f64 : DType::f32; }
 
 Tensor cast_or_undefined(const Tensor& t, DType dt) {
   return t.defined() ? t.detach().to(dt) : Tensor();
 }
 
+using nn::functional::batch_norm_detail::per_channel;
+using nn::functional::batch_norm_detail::update_running;
+
+// batch_norm's checks, plus a group and at least one channel (the channel
+// count is the length of the allreduced statistics).
 void check_args(const std::string& who, const Tensor& x, const Tensors& per_channel_tensors,
                 const std::shared_ptr<dist::ProcessGroup>& group) {
   DDP_CHECK(group != nullptr, "{}: the process group is null", who);
-  DDP_CHECK(x.defined(), "{}: undefined input", who);
-  DDP_CHECK_T(ShapeError, x.dim() >= 2, "{}: expected an input [N, C, ...], got {}", who,
-              x.describe());
-  DDP_CHECK_T(DTypeError, is_floating(x.dtype()), "{}: expected a floating input, got {}", who,
-              x.describe());
+  nn::functional::batch_norm_detail::check_args(who, x, per_channel_tensors);
   DDP_CHECK_T(ShapeError, x.size(1) > 0, "{}: expected at least one channel, got {}", who,
               x.describe());
-  for (const Tensor& t : per_channel_tensors) {
-    if (!t.defined()) continue;
-    DDP_CHECK_T(ShapeError, t.dim() == 1 && t.size(0) == x.size(1),
-                "{}: per-channel tensors must be [{}] for input {}, got {}", who, x.size(1),
-                x.describe(), t.describe());
-    DDP_CHECK_T(DeviceError, t.device() == x.device(), "{}: {} is not on the input's device ({})",
-                who, t.describe(), x.device().str());
-  }
-}
-
-void update_running(const Tensor& running, const Tensor& value, double momentum) {
-  if (!running.defined()) return;
-  Tensor r = running;
-  r.mul_(1.0 - momentum).add_(value.to(running.dtype()), momentum);
 }
 
 // The global batch's per-channel mean and 1/sqrt(var + eps) in the compute

@@ -15,7 +15,7 @@
 
 namespace ddp::nn::functional {
 
-namespace {
+namespace batch_norm_detail {
 
 void check_args(const std::string& who, const Tensor& x, const Tensors& per_channel) {
   DDP_CHECK(x.defined(), "{}: undefined input", who);
@@ -33,7 +33,6 @@ void check_args(const std::string& who, const Tensor& x, const Tensors& per_chan
   }
 }
 
-// Per-channel statistics in place: running = (1 − m)·running + m·value.
 void update_running(const Tensor& running, const Tensor& value, double momentum) {
   if (!running.defined()) return;
   autograd::NoGradGuard no_grad;
@@ -41,12 +40,19 @@ void update_running(const Tensor& running, const Tensor& value, double momentum)
   r.mul_(1.0 - momentum).add_(value.detach().to(running.dtype()), momentum);
 }
 
-// [C] viewed as [1, C, 1, ...] to broadcast against x.
 Tensor per_channel(const Tensor& t, int64_t rank) {
   Shape s(size_t(rank), 1);
   s[1] = t.size(0);
   return t.view(s);
 }
+
+}  // namespace batch_norm_detail
+
+namespace {
+
+using batch_norm_detail::check_args;
+using batch_norm_detail::per_channel;
+using batch_norm_detail::update_running;
 
 Tensor batch_norm_composite(const Tensor& x, const Tensor& rm, const Tensor& rv, const Tensor& w,
                             const Tensor& b, bool batch_stats, double momentum, double eps) {
