@@ -14,6 +14,7 @@
 #include "ddp/optim/sgd.h"
 #include "ddp/tensor/ops.h"
 #include "nn/scaled_error.h"
+#include "golden_file.h"
 
 namespace ddp::test {
 namespace {
@@ -22,9 +23,7 @@ using amp::GradScaler;
 using amp::GradScalerOptions;
 
 const nn::TensorDict& scaler_golden() {
-  static const nn::TensorDict golden =
-      io::load_safetensors(std::string(DDP_TEST_DATA_DIR) + "/golden/grad_scaler.safetensors");
-  return golden;
+  return golden_file("grad_scaler");
 }
 
 struct Scenario {

@@ -12,6 +12,7 @@
 #include "ddp/nn/functional/attention.h"
 #include "ddp/tensor/ops.h"
 #include "nn/scaled_error.h"
+#include "golden_file.h"
 
 using namespace ddp;
 using ddp::test::scaled_error;
@@ -20,9 +21,7 @@ namespace F = ddp::nn::functional;
 namespace {
 
 const nn::TensorDict& golden() {
-  static const nn::TensorDict d =
-      io::load_safetensors(std::string(DDP_TEST_DATA_DIR) + "/golden/attention.safetensors");
-  return d;
+  return test::golden_file("attention");
 }
 
 void check_against_torch(const std::string& prefix, bool causal, double tol) {

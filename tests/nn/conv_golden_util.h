@@ -16,13 +16,12 @@
 #include "ddp/io/safetensors.h"
 #include "nn/scaled_error.h"
 #include "nn/nn_test_util.h"
+#include "golden_file.h"
 
 namespace ddp::test {
 
 inline const nn::TensorDict& conv_golden() {
-  static const nn::TensorDict dict =
-      io::load_safetensors(std::string(DDP_TEST_DATA_DIR) + "/golden/conv_layers.safetensors");
-  return dict;
+  return golden_file("conv_layers");
 }
 
 // The golden tensor "<name>" (f32, CPU); fails the test when missing.

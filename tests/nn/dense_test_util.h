@@ -12,15 +12,14 @@
 #include "ddp/io/safetensors.h"
 #include "ddp/tensor/ops.h"
 #include "nn/scaled_error.h"
+#include "golden_file.h"
 
 namespace ddp::test {
 
 // tests/golden/dense_layers.safetensors (tests/golden/make_dense_golden.py),
 // loaded once.
 inline const nn::TensorDict& dense_golden() {
-  static const nn::TensorDict file =
-      io::load_safetensors(std::string(DDP_TEST_DATA_DIR) + "/golden/dense_layers.safetensors");
-  return file;
+  return golden_file("dense_layers");
 }
 
 // "f32" + "linear" + "dx" -> the tensor "f32.linear.dx".

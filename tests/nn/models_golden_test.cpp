@@ -14,6 +14,7 @@
 #include "ddp/nn/models/resnet.h"
 #include "ddp/tensor/ops.h"
 #include "nn/scaled_error.h"
+#include "golden_file.h"
 
 using namespace ddp;
 using ddp::test::scaled_error;
@@ -22,9 +23,7 @@ using namespace ddp::nn::models;
 namespace {
 
 const nn::TensorDict& golden() {
-  static const nn::TensorDict d =
-      io::load_safetensors(std::string(DDP_TEST_DATA_DIR) + "/golden/models.safetensors");
-  return d;
+  return test::golden_file("models");
 }
 
 // Entries "<tag>.<kind>.<name>" as name -> tensor.

@@ -9,6 +9,7 @@
 #include "ddp/io/safetensors.h"
 #include "ddp/tensor/ops.h"
 #include "nn/scaled_error.h"
+#include "golden_file.h"
 
 namespace ddp::test {
 namespace {
@@ -17,9 +18,7 @@ using optim::clip_grad_norm_;
 using optim::clip_grad_value_;
 
 const nn::TensorDict& clip_golden() {
-  static const nn::TensorDict golden =
-      io::load_safetensors(std::string(DDP_TEST_DATA_DIR) + "/golden/clip_grad.safetensors");
-  return golden;
+  return golden_file("clip_grad");
 }
 
 struct ClipCase {

@@ -12,6 +12,7 @@
 #include "ddp/io/safetensors.h"
 #include "ddp/optim/sgd.h"
 #include "nn/nn_test_util.h"
+#include "golden_file.h"
 
 namespace ddp::test {
 namespace {
@@ -28,9 +29,7 @@ using optim::WarmupCosineOptions;
 constexpr int kSteps = 50;  // as STEPS in the golden script
 
 const nn::TensorDict& golden() {
-  static const nn::TensorDict g =
-      io::load_safetensors(std::string(DDP_TEST_DATA_DIR) + "/golden/lr_scheduler.safetensors");
-  return g;
+  return golden_file("lr_scheduler");
 }
 
 // SGD over two groups with the golden script's BASE_LRS.

@@ -11,6 +11,7 @@
 #include "ddp/optim/sgd.h"
 #include "ddp/tensor/ops.h"
 #include "nn/scaled_error.h"
+#include "golden_file.h"
 
 namespace ddp::test {
 
@@ -18,9 +19,7 @@ constexpr int kGoldenSteps = 5;
 constexpr int kGoldenParams = 3;
 
 inline const nn::TensorDict& optim_golden() {
-  static const nn::TensorDict golden =
-      io::load_safetensors(std::string(DDP_TEST_DATA_DIR) + "/golden/optim.safetensors");
-  return golden;
+  return golden_file("optim");
 }
 
 inline std::string golden_key(const std::string& c, DType d, int k, const char* what) {

@@ -10,6 +10,7 @@
 #include "ddp/optim/sgd.h"
 #include "ddp/tensor/ops.h"
 #include "nn/scaled_error.h"
+#include "golden_file.h"
 
 namespace ddp::test {
 namespace {
@@ -18,9 +19,7 @@ constexpr int kSteps = 20;
 const char* const kNames[] = {"w1", "b1", "w2", "b2"};
 
 const nn::TensorDict& trajectory_golden() {
-  static const nn::TensorDict golden =
-      io::load_safetensors(std::string(DDP_TEST_DATA_DIR) + "/golden/optim_trajectory.safetensors");
-  return golden;
+  return golden_file("optim_trajectory");
 }
 
 // The options make_optim_trajectory_golden.py passes to torch.
