@@ -22,7 +22,10 @@ function(ddp_add_test_dir name dir)
     set(_exe ${name}_${kind})
     add_executable(${_exe} ${_files})
     target_link_libraries(${_exe} PRIVATE ddp::ddp GTest::gtest GTest::gtest_main)
-    target_include_directories(${_exe} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+    # tests/ for the test utilities; src/ and kernels/ for white-box tests of
+    # internal headers (the kernel registry, the allocators).
+    target_include_directories(${_exe} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src
+                                              ${PROJECT_SOURCE_DIR}/kernels)
     set(_kind_label ${kind})
     if(kind STREQUAL "unit")
       set(_kind_label ${_label})

@@ -1,11 +1,17 @@
-// See kernels/cpu/batch_norm.h. Loops run channel by channel over
-// contiguous rows of S elements, which the compiler vectorises.
-
-#include "cpu/batch_norm.h"
+// batch_norm on the CPU (contracts in kernels/kernel_list.h). The loops
+// work on contiguous [N, C, S] tensors (S = H·W) of f32 or f64, per-channel
+// vectors [C] of the same dtype, weight undefined meaning 1, sums in double;
+// they run channel by channel over contiguous rows of S elements, which the
+// compiler vectorises. The registered kernels bring other layouts (NHWC) and
+// f16/bf16 to that form and write their results back in the caller's layout
+// and dtype: CPU half precision is for tests, not speed.
 
 #include <cstdint>
 
+#include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
+#include "ddp/tensor/ops.h"
+#include "kernel_list.h"
 
 namespace ddp::cpu_kernels {
 
@@ -115,33 +121,97 @@ void backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tenso
   }
 }
 
-void check_dtype(const Tensor& x) {
-  DDP_CHECK_T(DTypeError, x.dtype() == DType::f32 || x.dtype() == DType::f64,
-              "batch_norm CPU kernel: f32 or f64, got {}", x.describe());
+// t as a contiguous tensor of the compute dtype (f64 for f64, else f32).
+Tensor compute_form(const Tensor& t) {
+  if (!t.defined()) return t;
+  Tensor c = t.contiguous();
+  return c.dtype() == DType::f64 || c.dtype() == DType::f32 ? c : c.to(DType::f32);
+}
+Tensor as_dtype(const Tensor& t, DType dt) { return t.defined() ? t.to(dt).contiguous() : t; }
+
+// Runs `fn` on a contiguous buffer of dtype dt shaped like `out`, then copies
+// it into `out` (any layout and dtype); writes straight into `out` when it
+// already is such a buffer. Undefined `out`: fn gets an undefined tensor.
+template <class F>
+void into(const Tensor& out, DType dt, F&& fn) {
+  if (!out.defined()) return fn(Tensor());
+  if (out.is_contiguous() && out.dtype() == dt) return fn(out);
+  Tensor tmp = Tensor::empty(out.shape(), TensorOptions(dt));
+  fn(tmp);
+  Tensor(out).copy_(tmp);
+}
+
+// r = (1 − m)·r + m·value, in place and unrecorded.
+void update_running(const Tensor& running, const Tensor& value, double momentum) {
+  if (!running.defined()) return;
+  autograd::NoGradGuard no_grad;
+  Tensor r = running;
+  r.mul_(1.0 - momentum).add_(value.to(running.dtype()), momentum);
+}
+
+template <class F>
+void on_dtype(DType dt, F&& fn) {
+  dt == DType::f32 ? fn.template operator()<float>() : fn.template operator()<double>();
+}
+
+void train_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Tensor& running_mean, const Tensor& running_var, double momentum,
+                   double eps, const Tensor& y, const Tensor& save_mean,
+                   const Tensor& save_invstd) {
+  Tensor xc = compute_form(x);
+  const DType dt = xc.dtype();
+  const int64_t c = x.size(1);
+  Tensor mean = Tensor::empty({c}, TensorOptions(dt)), var = Tensor::empty({c}, TensorOptions(dt));
+  on_dtype(dt, [&]<class T>() { stats<T>(xc, mean, var); });
+  const double n = double(x.numel() / c);
+  update_running(running_mean, mean, momentum);
+  update_running(running_var, var * (n / (n - 1)), momentum);
+  Tensor invstd = rsqrt(var + eps);
+  Tensor w = as_dtype(weight, dt), b = as_dtype(bias, dt);
+  into(y, dt, [&](const Tensor& out) {
+    on_dtype(dt, [&]<class T>() { apply<T>(xc, mean, invstd, w, b, out); });
+  });
+  Tensor(save_mean).copy_(mean);
+  Tensor(save_invstd).copy_(invstd);
+}
+
+void eval_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, double eps,
+                  const Tensor& y) {
+  Tensor xc = compute_form(x);
+  const DType dt = xc.dtype();
+  Tensor mean = running_mean.to(dt).contiguous();
+  Tensor invstd = rsqrt(running_var.to(dt) + eps).contiguous();
+  Tensor w = as_dtype(weight, dt), b = as_dtype(bias, dt);
+  into(y, dt, [&](const Tensor& out) {
+    on_dtype(dt, [&]<class T>() { apply<T>(xc, mean, invstd, w, b, out); });
+  });
+}
+
+void backward_kernel(const Tensor& x, const Tensor& dy, const Tensor& weight,
+                     const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats,
+                     double /*eps: folded into save_invstd*/, const Tensor& dx,
+                     const Tensor& dweight, const Tensor& dbias) {
+  Tensor xc = compute_form(x);
+  const DType dt = xc.dtype();
+  Tensor dyc = as_dtype(dy, dt);
+  Tensor mean = as_dtype(save_mean, dt), invstd = as_dtype(save_invstd, dt);
+  Tensor w = as_dtype(weight, dt);
+  into(dx, dt, [&](const Tensor& dxo) {
+    into(dweight, dt, [&](const Tensor& dwo) {
+      into(dbias, dt, [&](const Tensor& dbo) {
+        on_dtype(dt, [&]<class T>() {
+          backward<T>(xc, dyc, mean, invstd, w, batch_stats, dxo, dwo, dbo);
+        });
+      });
+    });
+  });
 }
 
 }  // namespace
 
-void batch_norm_stats(const Tensor& x, const Tensor& mean, const Tensor& var) {
-  check_dtype(x);
-  x.dtype() == DType::f32 ? stats<float>(x, mean, var) : stats<double>(x, mean, var);
-}
-
-void batch_norm_apply(const Tensor& x, const Tensor& mean, const Tensor& invstd,
-                      const Tensor& weight, const Tensor& bias, const Tensor& y) {
-  check_dtype(x);
-  x.dtype() == DType::f32 ? apply<float>(x, mean, invstd, weight, bias, y)
-                          : apply<double>(x, mean, invstd, weight, bias, y);
-}
-
-void batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean,
-                         const Tensor& invstd, const Tensor& weight, bool batch_stats,
-                         const Tensor& dx, const Tensor& dweight, const Tensor& dbias) {
-  check_dtype(x);
-  if (x.dtype() == DType::f32)
-    backward<float>(x, dy, mean, invstd, weight, batch_stats, dx, dweight, dbias);
-  else
-    backward<double>(x, dy, mean, invstd, weight, batch_stats, dx, dweight, dbias);
-}
+DDP_REGISTER_KERNEL(batch_norm_train_forward, CPU, train_forward)
+DDP_REGISTER_KERNEL(batch_norm_eval_forward, CPU, eval_forward)
+DDP_REGISTER_KERNEL(batch_norm_backward, CPU, backward_kernel)
 
 }  // namespace ddp::cpu_kernels

@@ -4,11 +4,11 @@
 
 #include "common/scalar_cast.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 using kernels::cast_to;
 using kernels::float_to_i64;
 using kernels::is_float_like;
 using kernels::is_half_like;
 using kernels::load;
 using kernels::store;
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

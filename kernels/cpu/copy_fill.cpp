@@ -8,7 +8,7 @@
 #include "cpu/strided.h"
 #include "ddp/core/dispatch.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 namespace {
 
@@ -71,4 +71,4 @@ void arange(const Tensor& out, double start, double step) {
   });
 }
 
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

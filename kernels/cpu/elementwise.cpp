@@ -12,7 +12,7 @@
 #include "ddp/core/dispatch.h"
 #include "ddp/tensor/functors.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 namespace {
 
@@ -174,4 +174,4 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
   });
 }
 
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

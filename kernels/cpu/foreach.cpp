@@ -1,14 +1,17 @@
-// CPU multi-tensor kernels; see kernels/cpu/foreach.h. Serial loops: the
-// reductions then add in one fixed order and are deterministic.
+// CPU multi-tensor kernels (contracts in kernels/kernel_list.h; Note
+// [Foreach numerics] in src/optim/foreach.h). Serial loops: the reductions
+// then add in one fixed order and are deterministic. An empty optional list
+// (momentum buffers without momentum, max_exp_avg_sqs without amsgrad)
+// arrives as an empty Tensors.
 
-#include "cpu/foreach.h"
+#include "kernel_list.h"
 
 #include <cmath>
 
 #include "common/scalar_cast.h"
 #include "ddp/core/dispatch.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 using kernels::load;
 using kernels::store;
@@ -22,7 +25,7 @@ T* data_of(const Tensors& list, size_t k) {
 
 }  // namespace
 
-void foreach_sgd(const Tensors& params, const Tensors& grads, const Tensors& bufs,
+static void foreach_sgd(const Tensors& params, const Tensors& grads, const Tensors& bufs,
                  const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s) {
   if (params.empty()) return;
   dispatch_floating(params[0].dtype(), "foreach_sgd", [&]<class T>() {
@@ -44,7 +47,7 @@ void foreach_sgd(const Tensors& params, const Tensors& grads, const Tensors& buf
   });
 }
 
-void foreach_adamw(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
+static void foreach_adamw(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
                    const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
                    const std::vector<kernels::AdamWTensorScalars>& per_tensor,
                    const kernels::AdamWScalars& s) {
@@ -71,7 +74,7 @@ void foreach_adamw(const Tensors& params, const Tensors& grads, const Tensors& e
   });
 }
 
-double foreach_norm(const Tensors& xs, double p) {
+static double foreach_norm(const Tensors& xs, double p) {
   const bool is_max = std::isinf(p);
   double acc = 0;
   for (const Tensor& x : xs) {
@@ -88,7 +91,7 @@ double foreach_norm(const Tensors& xs, double p) {
   return acc;
 }
 
-bool foreach_mul_(const Tensors& xs, double factor) {
+static bool foreach_mul_(const Tensors& xs, double factor) {
   bool found = false;
   for (const Tensor& x : xs) {
     dispatch_floating(x.dtype(), "foreach_mul_", [&]<class T>() {
@@ -106,4 +109,11 @@ bool foreach_mul_(const Tensors& xs, double factor) {
   return found;
 }
 
-}  // namespace ddp::cpu
+DDP_REGISTER_KERNEL(foreach_sgd_step, CPU, foreach_sgd)
+DDP_REGISTER_KERNEL(foreach_adamw_step, CPU, foreach_adamw)
+DDP_REGISTER_KERNEL(foreach_pow_sum, CPU, foreach_norm)
+DDP_REGISTER_KERNEL(foreach_mul, CPU, [](const Tensors& xs, double factor, bool check_finite) {
+  return foreach_mul_(xs, factor) && check_finite;
+})
+
+}  // namespace ddp::cpu_kernels

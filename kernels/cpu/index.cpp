@@ -13,7 +13,7 @@
 #include "cpu/strided.h"
 #include "ddp/core/dispatch.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 namespace {
 
@@ -83,4 +83,4 @@ void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tens
   });
 }
 
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

@@ -1,5 +1,5 @@
 #pragma once
-// The CPU kernels behind CpuBackend (src/tensor/cpu_backend.cpp), one family
+// The CPU kernels behind CpuBackend (src/tensor/backend_cpu.cpp), one family
 // per file in kernels/cpu/. Each function implements the Backend method of
 // the same name and relies on the guarantees stated in ddp/tensor/backend.h.
 
@@ -7,7 +7,7 @@
 
 #include "ddp/tensor/backend.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 // copy_fill.cpp
 void copy(const Tensor& src, const Tensor& dst);
@@ -28,10 +28,6 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out);
 // matmul.cpp
 void bmm(const Tensor& a, const Tensor& b, const Tensor& out);
 
-// softmax.cpp
-void softmax_rows(const Tensor& in, const Tensor& out, bool log);
-void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log);
-
 // random.cpp
 void random(const Tensor& out, Backend::Distribution dist, double a, double b, uint64_t seed,
             uint64_t counter);
@@ -40,4 +36,4 @@ void random(const Tensor& out, Backend::Distribution dist, double a, double b, u
 void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out);
 void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src);
 
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "cpu/convert.h"
-#include "cpu/nn_kernels.h"
 #include "cpu/strided.h"
 #include "ddp/core/dispatch.h"
+#include "kernel_list.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 namespace {
 
@@ -102,18 +102,21 @@ void backward_kernel(const Tensor& dyt, const Tensor& xt, const Tensor& wt, cons
 
 }  // namespace
 
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
-                        const Tensor& y, const Tensor& mean, const Tensor& rstd) {
-  dispatch_floating(x.dtype(), "layer_norm",
-                    [&]<class T>() { forward_kernel<T>(x, weight, bias, eps, y, mean, rstd); });
-}
+DDP_REGISTER_KERNEL(layer_norm_forward, CPU,
+                    [](const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                       const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+                      dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
+                        forward_kernel<T>(x, weight, bias, eps, y, mean, rstd);
+                      });
+                    })
 
-void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
-                         const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                         const Tensor& dweight, const Tensor& dbias) {
-  dispatch_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
-    backward_kernel<T>(dy, x, weight, mean, rstd, dx, dweight, dbias);
-  });
-}
+DDP_REGISTER_KERNEL(layer_norm_backward, CPU,
+                    [](const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                       const Tensor& dbias) {
+                      dispatch_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
+                        backward_kernel<T>(dy, x, weight, mean, rstd, dx, dweight, dbias);
+                      });
+                    })
 
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

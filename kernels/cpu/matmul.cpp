@@ -23,7 +23,7 @@
 #include "cpu/strided.h"
 #include "ddp/core/dispatch.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 namespace {
 
@@ -160,4 +160,4 @@ void bmm(const Tensor& a, const Tensor& b, const Tensor& out) {
   });
 }
 
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

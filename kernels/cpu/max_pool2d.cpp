@@ -1,6 +1,6 @@
-// See kernels/cpu/max_pool2d.h.
+// max_pool2d on the CPU; the contract is in kernels/kernel_list.h.
 
-#include "cpu/max_pool2d.h"
+#include "kernel_list.h"
 
 #include <cmath>
 #include <cstdint>
@@ -12,7 +12,7 @@ namespace ddp::cpu_kernels {
 namespace {
 
 template <class T>
-void forward(const Tensor& x, nn::Int2 k, nn::Int2 s, nn::Int2 p, nn::Int2 d, const Tensor& y,
+void forward(const Tensor& x, Int2 k, Int2 s, Int2 p, Int2 d, const Tensor& y,
              const Tensor& indices) {
   const int64_t planes = x.size(0), h = x.size(1), w = x.size(2);
   const int64_t oh = y.size(1), ow = y.size(2);
@@ -63,16 +63,20 @@ void backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
 
 }  // namespace
 
-void max_pool2d(const Tensor& x, nn::Int2 kernel, nn::Int2 stride, nn::Int2 padding,
-                nn::Int2 dilation, const Tensor& y, const Tensor& indices) {
-  DDP_CHECK_T(DTypeError, x.dtype() == DType::f32 || x.dtype() == DType::f64,
-              "max_pool2d CPU kernel: f32 or f64, got {}", x.describe());
-  x.dtype() == DType::f32 ? forward<float>(x, kernel, stride, padding, dilation, y, indices)
+DDP_REGISTER_KERNEL(max_pool2d_forward, CPU,
+                    [](const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 dilation,
+                       const Tensor& y, const Tensor& indices) {
+                      DDP_CHECK_T(DTypeError, x.dtype() == DType::f32 || x.dtype() == DType::f64,
+                                  "max_pool2d CPU kernel: f32 or f64, got {}", x.describe());
+                      x.dtype() == DType::f32
+                          ? forward<float>(x, kernel, stride, padding, dilation, y, indices)
                           : forward<double>(x, kernel, stride, padding, dilation, y, indices);
-}
+                    })
 
-void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
-  dy.dtype() == DType::f32 ? backward<float>(dy, indices, dx) : backward<double>(dy, indices, dx);
-}
+DDP_REGISTER_KERNEL(max_pool2d_backward, CPU,
+                    [](const Tensor& dy, const Tensor& indices, const Tensor& dx) {
+                      dy.dtype() == DType::f32 ? backward<float>(dy, indices, dx)
+                                               : backward<double>(dy, indices, dx);
+                    })
 
 }  // namespace ddp::cpu_kernels

@@ -22,7 +22,7 @@
 #include "ddp/core/dispatch.h"
 #include "ddp/tensor/generator.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 namespace {
 
@@ -80,4 +80,4 @@ void random(const Tensor& out, Backend::Distribution dist, double a, double b, u
                     [&]<class T>() { random_kernel<T>(out, dist, a, b, seed, counter); });
 }
 
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

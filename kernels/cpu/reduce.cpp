@@ -7,7 +7,7 @@
 #include "cpu/strided.h"
 #include "ddp/core/dispatch.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 namespace {
 
@@ -123,4 +123,4 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out) {
   DDP_THROW(NotImplementedError, "reduce_rows: unknown op {} on the CPU", int(op));
 }
 
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

@@ -6,10 +6,11 @@
 
 #include "cpu/convert.h"
 #include "cpu/kernels.h"
+#include "kernel_list.h"
 #include "cpu/strided.h"
 #include "ddp/core/dispatch.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 namespace {
 
@@ -83,14 +84,16 @@ void softmax_backward_kernel(const Tensor& y, const Tensor& dy, const Tensor& dx
 
 }  // namespace
 
-void softmax_rows(const Tensor& in, const Tensor& out, bool log) {
+DDP_REGISTER_KERNEL(softmax_forward, CPU, [](const Tensor& in, const Tensor& out, bool log) {
   dispatch_floating(out.dtype(), log ? "log_softmax" : "softmax",
                     [&]<class T>() { softmax_kernel<T>(in, out, log); });
-}
+})
 
-void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) {
-  dispatch_floating(dx.dtype(), log ? "log_softmax_backward" : "softmax_backward",
-                    [&]<class T>() { softmax_backward_kernel<T>(y, dy, dx, log); });
-}
+DDP_REGISTER_KERNEL(softmax_backward, CPU,
+                    [](const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) {
+                      dispatch_floating(dx.dtype(),
+                                        log ? "log_softmax_backward" : "softmax_backward",
+                                        [&]<class T>() { softmax_backward_kernel<T>(y, dy, dx, log); });
+                    })
 
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

@@ -28,7 +28,7 @@
 
 #include "ddp/tensor/backend.h"
 
-namespace ddp::cpu {
+namespace ddp::cpu_kernels {
 
 template <size_t N>
 struct RunInfo {
@@ -154,4 +154,4 @@ inline T* ptr(const Tensor& t) {
   return static_cast<T*>(t.data_ptr());
 }
 
-}  // namespace ddp::cpu
+}  // namespace ddp::cpu_kernels

@@ -22,7 +22,7 @@
 // 32, 64 or 128) so the per-thread rows live in registers. This is the simple
 // form of the algorithm (no tensor cores): it saves memory, not yet time.
 
-#include "cuda/attention.h"
+#include "kernel_list.h"
 #include "cuda/common.cuh"
 
 namespace ddp::cuda_kernels {
@@ -51,10 +51,12 @@ __device__ __forceinline__ void stage_tile(float (*dst)[D], const T* src, int r0
 
 template <class T, int D>
 __global__ void flash_forward_kernel(const T* q, const T* k, const T* v, T* o, float* lse, int T_,
-                                     int S, float scale, bool causal) {
+                                     int S, float scale, bool causal, int64_t BH) {
   __shared__ float ks[kCols][D];
   __shared__ float vs[kCols][D];
-  const int64_t bh = blockIdx.y;
+  // See Note [Attention grid]: (batch·head) spans gridDim.y and gridDim.z.
+  const int64_t bh = int64_t(blockIdx.z) * gridDim.y + blockIdx.y;
+  if (bh >= BH) return;  // the whole block: no barrier is skipped
   const int row = blockIdx.x * kRows + threadIdx.x;
   const bool active = row < T_;
   q += bh * T_ * D;
@@ -109,11 +111,13 @@ __global__ void row_dot_kernel(const T* dout, const T* out, float* delta, int64_
 template <class T, int D>
 __global__ void flash_dk_dv_kernel(const T* q, const T* k, const T* v, const T* dout,
                                    const float* lse, const float* delta, T* dk, T* dv, int T_,
-                                   int S, float scale, bool causal) {
+                                   int S, float scale, bool causal, int64_t BH) {
   __shared__ float qs[kCols][D];
   __shared__ float dos[kCols][D];
   __shared__ float lse_s[kCols], delta_s[kCols];
-  const int64_t bh = blockIdx.y;
+  // See Note [Attention grid]: (batch·head) spans gridDim.y and gridDim.z.
+  const int64_t bh = int64_t(blockIdx.z) * gridDim.y + blockIdx.y;
+  if (bh >= BH) return;  // the whole block: no barrier is skipped
   const int col = blockIdx.x * kRows + threadIdx.x;  // this thread's key row
   const bool active = col < S;
   q += bh * T_ * D;
@@ -163,10 +167,12 @@ __global__ void flash_dk_dv_kernel(const T* q, const T* k, const T* v, const T* 
 template <class T, int D>
 __global__ void flash_dq_kernel(const T* q, const T* k, const T* v, const T* dout,
                                 const float* lse, const float* delta, T* dq, int T_, int S,
-                                float scale, bool causal) {
+                                float scale, bool causal, int64_t BH) {
   __shared__ float ks[kCols][D];
   __shared__ float vs[kCols][D];
-  const int64_t bh = blockIdx.y;
+  // See Note [Attention grid]: (batch·head) spans gridDim.y and gridDim.z.
+  const int64_t bh = int64_t(blockIdx.z) * gridDim.y + blockIdx.y;
+  if (bh >= BH) return;  // the whole block: no barrier is skipped
   const int row = blockIdx.x * kRows + threadIdx.x;
   const bool active = row < T_;
   k += bh * S * D;
@@ -222,48 +228,73 @@ void dispatch_attention(DType dtype, int head, const char* what, F&& fn) {
   }
 }
 
-dim3 grid_for(int rows, int bh) { return dim3(unsigned((rows + kRows - 1) / kRows), unsigned(bh)); }
+// Note [Attention grid]
+// One block per (row tile, batch·head). gridDim.y stops at 65,535, so the
+// batch·head index is folded over y and z (y·z ≥ BH) and each kernel skips
+// the blocks past BH: B·H above 65,535 (small heads, large batches) works.
+constexpr int64_t kMaxGridY = 65535;
+dim3 grid_for(int rows, int64_t bh) {
+  const int64_t y = std::min(bh, kMaxGridY);
+  return dim3(unsigned((rows + kRows - 1) / kRows), unsigned(y), unsigned((bh + y - 1) / y));
+}
 
 }  // namespace
 
-bool flash_attention_supports(DType dtype, int64_t head) {
+static bool flash_attention_supports(DType dtype, int64_t head) {
   return (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16) &&
          (head == 16 || head == 32 || head == 64 || head == 128);
 }
 
-void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                             const Tensor& lse, float scale, bool causal, cudaStream_t stream) {
+static void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, float scale, bool causal, cuda::Stream stream) {
   const int bh = int(q.size(0)), T_ = int(q.size(1)), S = int(k.size(1)), D = int(q.size(2));
   if (bh == 0 || T_ == 0) return;
   dispatch_attention(q.dtype(), D, "flash_attention_forward", [&]<class T, int HD>() {
-    flash_forward_kernel<T, HD><<<grid_for(T_, bh), kRows, 0, stream>>>(
+    flash_forward_kernel<T, HD><<<grid_for(T_, bh), kRows, 0, native(stream)>>>(
         ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<T>(out), ptr<float>(lse), T_, S,
-        scale, causal);
+        scale, causal, int64_t(bh));
     DDP_CUDA_CHECK_LAUNCH("flash_forward_kernel");
   });
 }
 
-void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+static void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& dout, const Tensor& lse, const Tensor& delta,
                               const Tensor& dq, const Tensor& dk, const Tensor& dv, float scale,
-                              bool causal, cudaStream_t stream) {
+                              bool causal, cuda::Stream stream) {
   const int bh = int(q.size(0)), T_ = int(q.size(1)), S = int(k.size(1)), D = int(q.size(2));
   if (bh == 0 || T_ == 0) return;
   dispatch_attention(q.dtype(), D, "flash_attention_backward", [&]<class T, int HD>() {
     const int64_t rows = int64_t(bh) * T_;
-    row_dot_kernel<T, HD><<<unsigned((rows + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+    row_dot_kernel<T, HD><<<unsigned((rows + kThreads - 1) / kThreads), kThreads, 0, native(stream)>>>(
         ptr<const T>(dout), ptr<const T>(out), ptr<float>(delta), rows);
     DDP_CUDA_CHECK_LAUNCH("row_dot_kernel");
-    flash_dk_dv_kernel<T, HD><<<grid_for(S, bh), kRows, 0, stream>>>(
+    flash_dk_dv_kernel<T, HD><<<grid_for(S, bh), kRows, 0, native(stream)>>>(
         ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<const T>(dout),
         ptr<const float>(lse), ptr<const float>(delta), ptr<T>(dk), ptr<T>(dv), T_, S, scale,
-        causal);
+        causal, int64_t(bh));
     DDP_CUDA_CHECK_LAUNCH("flash_dk_dv_kernel");
-    flash_dq_kernel<T, HD><<<grid_for(T_, bh), kRows, 0, stream>>>(
+    flash_dq_kernel<T, HD><<<grid_for(T_, bh), kRows, 0, native(stream)>>>(
         ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<const T>(dout),
-        ptr<const float>(lse), ptr<const float>(delta), ptr<T>(dq), T_, S, scale, causal);
+        ptr<const float>(lse), ptr<const float>(delta), ptr<T>(dq), T_, S, scale, causal, int64_t(bh));
     DDP_CUDA_CHECK_LAUNCH("flash_dq_kernel");
   });
 }
+
+DDP_REGISTER_KERNEL(attention_supports, CUDA, flash_attention_supports)
+DDP_REGISTER_KERNEL(attention_forward, CUDA,
+                    [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& lse, float scale, bool causal) {
+                      OnDevice on(q);
+                      flash_attention_forward(q, k, v, out, lse, scale, causal, on.stream);
+                    })
+DDP_REGISTER_KERNEL(attention_backward, CUDA,
+                    [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& dout, const Tensor& lse, const Tensor& delta,
+                       const Tensor& dq, const Tensor& dk, const Tensor& dv, float scale,
+                       bool causal) {
+                      OnDevice on(q);
+                      flash_attention_backward(q, k, v, out, dout, lse, delta, dq, dk, dv, scale,
+                                               causal, on.stream);
+                    })
 
 }  // namespace ddp::cuda_kernels

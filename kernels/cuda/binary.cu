@@ -39,11 +39,11 @@ static __global__ void where_kernel(const bool* cond, const T* a, const T* b, T*
 
 template <class Fn>
 static void binary_op(const char* name, const Tensor& a, const Tensor& b, const Tensor& out,
-                      cudaStream_t stream) {
+                      cuda::Stream stream) {
   const int64_t n = out.numel();
   const Indexer<3> ix = make_indexer(a, b, out);
   dispatch_numeric(out.dtype(), name, [&]<class T>() {
-    binary_kernel<Fn, T><<<grid_for(n), kThreads, 0, stream>>>(ptr<const T>(a), ptr<const T>(b),
+    binary_kernel<Fn, T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<const T>(a), ptr<const T>(b),
                                                                ptr<T>(out), ix, n);
     DDP_CUDA_CHECK_LAUNCH("binary_kernel");
   });
@@ -51,17 +51,17 @@ static void binary_op(const char* name, const Tensor& a, const Tensor& b, const 
 
 template <class Fn>
 static void compare_op(const char* name, const Tensor& a, const Tensor& b, const Tensor& out,
-                       cudaStream_t stream) {
+                       cuda::Stream stream) {
   const int64_t n = out.numel();
   const Indexer<3> ix = make_indexer(a, b, out);
   dispatch_all(a.dtype(), name, [&]<class T>() {
-    compare_kernel<Fn, T><<<grid_for(n), kThreads, 0, stream>>>(ptr<const T>(a), ptr<const T>(b),
+    compare_kernel<Fn, T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<const T>(a), ptr<const T>(b),
                                                                 ptr<bool>(out), ix, n);
     DDP_CUDA_CHECK_LAUNCH("compare_kernel");
   });
 }
 
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream) {
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, cuda::Stream stream) {
   if (out.numel() == 0) return;
   switch (op) {
 #define DDP_BINARY_CASE(name, Fn)                \
@@ -75,7 +75,7 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, cu
 }
 
 void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out,
-             cudaStream_t stream) {
+             cuda::Stream stream) {
   if (out.numel() == 0) return;
   switch (op) {
 #define DDP_COMPARE_CASE(name, Fn)                \
@@ -89,12 +89,12 @@ void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out,
 }
 
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out,
-           cudaStream_t stream) {
+           cuda::Stream stream) {
   const int64_t n = out.numel();
   if (n == 0) return;
   const Indexer<4> ix = make_indexer(cond, a, b, out);
   dispatch_all(out.dtype(), "where", [&]<class T>() {
-    where_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(ptr<const bool>(cond), ptr<const T>(a),
+    where_kernel<T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<const bool>(cond), ptr<const T>(a),
                                                           ptr<const T>(b), ptr<T>(out), ix, n);
     DDP_CUDA_CHECK_LAUNCH("where_kernel");
   });

@@ -19,6 +19,7 @@
 #include <type_traits>
 
 #include "core/cuda_check.h"
+#include "cuda/on_device.h"
 #include "common/scalar_cast.h"
 #include "ddp/core/dispatch.h"
 #include "ddp/core/dtype.h"

@@ -32,40 +32,40 @@ static __global__ void arange_kernel(T* out, double start, double step, int64_t 
   DDP_KERNEL_LOOP(i, n) { out[i] = cast_to<T>(__dadd_rn(start, __dmul_rn(double(i), step))); }
 }
 
-void copy(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
+void copy(const Tensor& src, const Tensor& dst, cuda::Stream stream) {
   const int64_t n = dst.numel();
   if (n == 0) return;
   if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
     if (src.data_ptr() != dst.data_ptr())
       DDP_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(),
-                                     cudaMemcpyDeviceToDevice, stream));
+                                     cudaMemcpyDeviceToDevice, native(stream)));
     return;
   }
   const Indexer<2> ix = make_indexer(src, dst);
   dispatch_all(src.dtype(), "copy", [&]<class S>() {
     dispatch_all(dst.dtype(), "copy", [&]<class D>() {
       copy_kernel<S, D>
-          <<<grid_for(n), kThreads, 0, stream>>>(ptr<const S>(src), ptr<D>(dst), ix, n);
+          <<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<const S>(src), ptr<D>(dst), ix, n);
       DDP_CUDA_CHECK_LAUNCH("copy_kernel");
     });
   });
 }
 
-void fill(const Tensor& out, double value, cudaStream_t stream) {
+void fill(const Tensor& out, double value, cuda::Stream stream) {
   const int64_t n = out.numel();
   if (n == 0) return;
   const Indexer<1> ix = make_indexer(out);
   dispatch_all(out.dtype(), "fill", [&]<class T>() {
-    fill_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(ptr<T>(out), cast_to<T>(value), ix, n);
+    fill_kernel<T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<T>(out), cast_to<T>(value), ix, n);
     DDP_CUDA_CHECK_LAUNCH("fill_kernel");
   });
 }
 
-void arange(const Tensor& out, double start, double step, cudaStream_t stream) {
+void arange(const Tensor& out, double start, double step, cuda::Stream stream) {
   const int64_t n = out.numel();
   if (n == 0) return;
   dispatch_numeric(out.dtype(), "arange", [&]<class T>() {
-    arange_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(ptr<T>(out), start, step, n);
+    arange_kernel<T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<T>(out), start, step, n);
     DDP_CUDA_CHECK_LAUNCH("arange_kernel");
   });
 }

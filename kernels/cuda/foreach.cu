@@ -19,7 +19,7 @@
 #include <algorithm>
 
 #include "cuda/common.cuh"
-#include "cuda/foreach.h"
+#include "kernel_list.h"
 
 namespace ddp::cuda_kernels {
 
@@ -212,25 +212,25 @@ constexpr DType kFloatingDTypes[] = {DType::f32, DType::f64, DType::f16, DType::
 
 }  // namespace
 
-void foreach_sgd(const Tensors& params, const Tensors& grads, const Tensors& bufs,
+static void foreach_sgd(const Tensors& params, const Tensors& grads, const Tensors& bufs,
                  const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s,
-                 cudaStream_t stream) {
+                 cuda::Stream stream) {
   if (params.empty()) return;
   auto lists = pack<3, 1>({&params, &grads, &bufs}, [&](size_t k, int slot, auto& l) {
     l.aux[0][slot] = !fresh.empty() && fresh[k] ? 1.0 : 0.0;
   });
   dispatch_floating(params[0].dtype(), "foreach_sgd", [&]<class T>() {
     for (const auto& l : lists) {
-      sgd_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, stream>>>(l, s);
+      sgd_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, native(stream)>>>(l, s);
       DDP_CUDA_CHECK_LAUNCH("sgd_kernel");
     }
   });
 }
 
-void foreach_adamw(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
+static void foreach_adamw(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
                    const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
                    const std::vector<kernels::AdamWTensorScalars>& per_tensor,
-                   const kernels::AdamWScalars& s, cudaStream_t stream) {
+                   const kernels::AdamWScalars& s, cuda::Stream stream) {
   if (params.empty()) return;
   auto lists = pack<5, 2>({&params, &grads, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs},
                           [&](size_t k, int slot, auto& l) {
@@ -239,13 +239,13 @@ void foreach_adamw(const Tensors& params, const Tensors& grads, const Tensors& e
                           });
   dispatch_floating(params[0].dtype(), "foreach_adamw", [&]<class T>() {
     for (const auto& l : lists) {
-      adamw_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, stream>>>(l, s);
+      adamw_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, native(stream)>>>(l, s);
       DDP_CUDA_CHECK_LAUNCH("adamw_kernel");
     }
   });
 }
 
-void foreach_norm(const Tensors& xs, double p, const Tensor& out, cudaStream_t stream) {
+static void foreach_norm(const Tensors& xs, double p, const Tensor& out, cuda::Stream stream) {
   const bool is_max = p == HUGE_VAL;
   struct Launch {
     DType dtype;
@@ -261,7 +261,7 @@ void foreach_norm(const Tensors& xs, double p, const Tensor& out, cudaStream_t s
     }
   }
   if (launches.empty()) {  // nothing to fold: the sum (or max) of no elements is 0
-    norm_finish_kernel<<<1, kThreads, 0, stream>>>(nullptr, 0, is_max, ptr<double>(out));
+    norm_finish_kernel<<<1, kThreads, 0, native(stream)>>>(nullptr, 0, is_max, ptr<double>(out));
     DDP_CUDA_CHECK_LAUNCH("norm_finish_kernel");
     return;
   }
@@ -269,18 +269,18 @@ void foreach_norm(const Tensors& xs, double p, const Tensor& out, cudaStream_t s
   int64_t at = 0;
   for (const Launch& l : launches) {
     dispatch_floating(l.dtype, "foreach_norm", [&]<class T>() {
-      norm_kernel<T><<<grid_of(l.list.total_chunks), kThreads, 0, stream>>>(
+      norm_kernel<T><<<grid_of(l.list.total_chunks), kThreads, 0, native(stream)>>>(
           l.list, p, is_max, ptr<double>(partial) + at);
       DDP_CUDA_CHECK_LAUNCH("norm_kernel");
     });
     at += grid_of(l.list.total_chunks);
   }
-  norm_finish_kernel<<<1, kThreads, 0, stream>>>(ptr<double>(partial), blocks, is_max,
+  norm_finish_kernel<<<1, kThreads, 0, native(stream)>>>(ptr<double>(partial), blocks, is_max,
                                                  ptr<double>(out));
   DDP_CUDA_CHECK_LAUNCH("norm_finish_kernel");
 }
 
-void foreach_mul_(const Tensors& xs, double factor, const Tensor& found_inf, cudaStream_t stream) {
+static void foreach_mul_(const Tensors& xs, double factor, const Tensor& found_inf, cuda::Stream stream) {
   float* flag = found_inf.defined() ? ptr<float>(found_inf) : nullptr;
   for (DType d : kFloatingDTypes) {
     const Tensors group = of_dtype(xs, d);
@@ -288,11 +288,46 @@ void foreach_mul_(const Tensors& xs, double factor, const Tensor& found_inf, cud
     const auto lists = pack<1, 0>({&group}, no_aux);
     dispatch_floating(d, "foreach_mul_", [&]<class T>() {
       for (const auto& l : lists) {
-        mul_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, stream>>>(l, factor, flag);
+        mul_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, native(stream)>>>(l, factor, flag);
         DDP_CUDA_CHECK_LAUNCH("mul_kernel");
       }
     });
   }
 }
+
+// The registered kernels: each runs on the lists' device and its current
+// stream; the two reductions read their result back, which waits for it.
+DDP_REGISTER_KERNEL(foreach_sgd_step, CUDA,
+                    [](const Tensors& params, const Tensors& grads, const Tensors& bufs,
+                       const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s) {
+                      if (params.empty()) return;
+                      OnDevice on(params[0]);
+                      foreach_sgd(params, grads, bufs, fresh, s, on.stream);
+                    })
+DDP_REGISTER_KERNEL(foreach_adamw_step, CUDA,
+                    [](const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
+                       const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
+                       const std::vector<kernels::AdamWTensorScalars>& per_tensor,
+                       const kernels::AdamWScalars& s) {
+                      if (params.empty()) return;
+                      OnDevice on(params[0]);
+                      foreach_adamw(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
+                                    per_tensor, s, on.stream);
+                    })
+DDP_REGISTER_KERNEL(foreach_pow_sum, CUDA, [](const Tensors& xs, double p) -> double {
+  if (xs.empty()) return 0.0;
+  OnDevice on(xs[0]);
+  Tensor out = Tensor::empty({}, TensorOptions(DType::f64).device(xs[0].device()));
+  foreach_norm(xs, p, out, on.stream);
+  return out.item<double>();
+})
+DDP_REGISTER_KERNEL(foreach_mul, CUDA, [](const Tensors& xs, double factor, bool check_finite) {
+  if (xs.empty()) return false;
+  OnDevice on(xs[0]);
+  Tensor found;
+  if (check_finite) found = Tensor::zeros({}, TensorOptions(DType::f32).device(xs[0].device()));
+  foreach_mul_(xs, factor, found, on.stream);
+  return check_finite && found.item<float>() != 0.0f;
+})
 
 }  // namespace ddp::cuda_kernels

@@ -79,7 +79,7 @@ static int64_t wrap(int64_t dim, const Tensor& t) {
 }
 
 void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out,
-            cudaStream_t stream) {
+            cuda::Stream stream) {
   const int64_t n = index.numel();
   if (n == 0) return;
   dim = wrap(dim, in);
@@ -89,7 +89,7 @@ void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& ou
   const int64_t dim_stride = stride_of(in, dim);
   dispatch_all(out.dtype(), "gather", [&]<class T>() {
     dispatch_index(index.dtype(), "gather", [&]<class I>() {
-      gather_kernel<T, I><<<grid_for(n), kThreads, 0, stream>>>(
+      gather_kernel<T, I><<<grid_for(n), kThreads, 0, native(stream)>>>(
           ptr<const T>(in), ptr<const I>(index), ptr<T>(out), dim_stride, ix, n);
       DDP_CUDA_CHECK_LAUNCH("gather_kernel");
     });
@@ -97,7 +97,7 @@ void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& ou
 }
 
 void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
-                 cudaStream_t stream) {
+                 cuda::Stream stream) {
   const int64_t n = index.numel();
   if (n == 0) return;
   dim = wrap(dim, out);
@@ -108,7 +108,7 @@ void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tens
   dispatch_numeric(out.dtype(), "scatter_add", [&]<class T>() {
     if constexpr (!std::is_same_v<T, bool>) {  // dispatch_numeric throws for bool
       dispatch_index(index.dtype(), "scatter_add", [&]<class I>() {
-        scatter_add_kernel<T, I><<<grid_for(n), kThreads, 0, stream>>>(
+        scatter_add_kernel<T, I><<<grid_for(n), kThreads, 0, native(stream)>>>(
             ptr<T>(out), ptr<const I>(index), ptr<const T>(src), dim_stride, ix, n);
         DDP_CUDA_CHECK_LAUNCH("scatter_add_kernel");
       });

@@ -1,7 +1,7 @@
 #pragma once
-// The CUDA kernel launchers behind CudaBackend (src/tensor/cuda_backend_cuda.cpp),
+// The CUDA kernel launchers behind CudaBackend (src/tensor/backend_cuda.cpp),
 // one per kernel family; the kernels themselves are static in kernels/cuda/<family>.cu
-// (bmm, a cuBLAS call, lives in src/tensor/cuda_matmul_cuda.cpp). Each launcher
+// (bmm, a cuBLAS call, lives in src/tensor/matmul_cuda.cpp). Each launcher
 // implements the Backend method of the same name under the guarantees stated
 // in ddp/tensor/backend.h, queues its work on `stream` and checks the launch.
 // The caller has made the tensors' device current.
@@ -11,45 +11,42 @@
 #include <cstdint>
 
 #include "ddp/tensor/backend.h"
+#include "ddp/tensor/cuda.h"
 
 namespace ddp::cuda_kernels {
 
 // copy_fill.cu
-void copy(const Tensor& src, const Tensor& dst, cudaStream_t stream);
-void fill(const Tensor& out, double value, cudaStream_t stream);
-void arange(const Tensor& out, double start, double step, cudaStream_t stream);
+void copy(const Tensor& src, const Tensor& dst, cuda::Stream stream);
+void fill(const Tensor& out, double value, cuda::Stream stream);
+void arange(const Tensor& out, double start, double step, cuda::Stream stream);
 
 // unary.cu
-void unary(UnaryOp op, const Tensor& in, const Tensor& out, cudaStream_t stream);
+void unary(UnaryOp op, const Tensor& in, const Tensor& out, cuda::Stream stream);
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
-                    const Tensor& dx, cudaStream_t stream);
+                    const Tensor& dx, cuda::Stream stream);
 
 // binary.cu
-void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream);
+void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out, cuda::Stream stream);
 void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out,
-             cudaStream_t stream);
+             cuda::Stream stream);
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out,
-           cudaStream_t stream);
+           cuda::Stream stream);
 
 // reduce.cu
-void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cudaStream_t stream);
+void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cuda::Stream stream);
 
-// src/tensor/cuda_matmul_cuda.cpp (cuBLAS)
-void bmm(const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream);
+// src/tensor/matmul_cuda.cpp (cuBLAS)
+void bmm(const Tensor& a, const Tensor& b, const Tensor& out, cuda::Stream stream);
 
-// softmax.cu
-void softmax_rows(const Tensor& in, const Tensor& out, bool log, cudaStream_t stream);
-void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log,
-                           cudaStream_t stream);
 
 // random.cu
 void random(const Tensor& out, Backend::Distribution dist, double a, double b, uint64_t seed,
-            uint64_t counter, cudaStream_t stream);
+            uint64_t counter, cuda::Stream stream);
 
 // index.cu
 void gather(const Tensor& in, int64_t dim, const Tensor& index, const Tensor& out,
-            cudaStream_t stream);
+            cuda::Stream stream);
 void scatter_add(const Tensor& out, int64_t dim, const Tensor& index, const Tensor& src,
-                 cudaStream_t stream);
+                 cuda::Stream stream);
 
 }  // namespace ddp::cuda_kernels

@@ -8,7 +8,7 @@
 //             rows, so a warp reads consecutive columns (coalesced).
 
 #include "cuda/common.cuh"
-#include "cuda/nn_launchers.h"
+#include "kernel_list.h"
 
 namespace ddp::cuda_kernels {
 
@@ -105,37 +105,37 @@ static const T* opt_ptr(const Tensor& t) {
   return t.defined() ? ptr<const T>(t) : nullptr;
 }
 
-void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+static void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
                         const Tensor& y, const Tensor& mean, const Tensor& rstd,
-                        cudaStream_t stream) {
+                        cuda::Stream stream) {
   const int64_t rows = x.shape()[0], cols = x.shape()[1];
   if (rows == 0 || cols == 0) return;
   const unsigned blocks = unsigned(std::min<int64_t>(rows, 65536));
   dispatch_floating(x.dtype(), "layer_norm", [&]<class T>() {
     using C = compute_t<T>;
-    layer_norm_forward_kernel<T><<<blocks, threads_for(cols), 0, stream>>>(
+    layer_norm_forward_kernel<T><<<blocks, threads_for(cols), 0, native(stream)>>>(
         ptr<const T>(x), opt_ptr<T>(weight), opt_ptr<T>(bias), eps, ptr<T>(y), ptr<C>(mean),
         ptr<C>(rstd), rows, cols);
     DDP_CUDA_CHECK_LAUNCH("layer_norm_forward_kernel");
   });
 }
 
-void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
+static void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight,
                          const Tensor& mean, const Tensor& rstd, const Tensor& dx,
-                         const Tensor& dweight, const Tensor& dbias, cudaStream_t stream) {
+                         const Tensor& dweight, const Tensor& dbias, cuda::Stream stream) {
   const int64_t rows = x.shape()[0], cols = x.shape()[1];
   if (cols == 0) return;
   dispatch_floating(x.dtype(), "layer_norm_backward", [&]<class T>() {
     using C = compute_t<T>;
     if (dx.defined() && rows > 0) {
       const unsigned blocks = unsigned(std::min<int64_t>(rows, 65536));
-      layer_norm_dx_kernel<T><<<blocks, threads_for(cols), 0, stream>>>(
+      layer_norm_dx_kernel<T><<<blocks, threads_for(cols), 0, native(stream)>>>(
           ptr<const T>(dy), ptr<const T>(x), opt_ptr<T>(weight), ptr<const C>(mean),
           ptr<const C>(rstd), ptr<T>(dx), rows, cols);
       DDP_CUDA_CHECK_LAUNCH("layer_norm_dx_kernel");
     }
     if (dweight.defined() || dbias.defined()) {
-      layer_norm_dw_db_kernel<T><<<grid_for(cols), kThreads, 0, stream>>>(
+      layer_norm_dw_db_kernel<T><<<grid_for(cols), kThreads, 0, native(stream)>>>(
           ptr<const T>(dy), ptr<const T>(x), ptr<const C>(mean), ptr<const C>(rstd),
           dweight.defined() ? ptr<T>(dweight) : nullptr, dbias.defined() ? ptr<T>(dbias) : nullptr,
           rows, cols);
@@ -143,5 +143,20 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
     }
   });
 }
+
+DDP_REGISTER_KERNEL(layer_norm_forward, CUDA,
+                    [](const Tensor& x, const Tensor& weight, const Tensor& bias, double eps,
+                       const Tensor& y, const Tensor& mean, const Tensor& rstd) {
+                      OnDevice on(x);
+                      layer_norm_forward(x, weight, bias, eps, y, mean, rstd, on.stream);
+                    })
+DDP_REGISTER_KERNEL(layer_norm_backward, CUDA,
+                    [](const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
+                       const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
+                       const Tensor& dbias) {
+                      OnDevice on(x);
+                      layer_norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias,
+                                          on.stream);
+                    })
 
 }  // namespace ddp::cuda_kernels

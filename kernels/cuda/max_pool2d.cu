@@ -1,4 +1,4 @@
-// See kernels/cuda/max_pool2d.h. One thread per output element; the
+// max_pool2d on CUDA (contract in kernels/kernel_list.h). One thread per output element; the
 // backward scatters with atomicAdd because overlapping windows (stride <
 // kernel) can pick the same input element.
 
@@ -6,7 +6,7 @@
 
 #include "core/cuda_check.h"
 #include "cuda/common.cuh"
-#include "cuda/max_pool2d.h"
+#include "kernel_list.h"
 
 namespace ddp::cuda_kernels {
 
@@ -60,32 +60,44 @@ __global__ void max_pool2d_backward_kernel(const T* __restrict__ dy,
 
 }  // namespace
 
-void max_pool2d(const Tensor& x, nn::Int2 k, nn::Int2 s, nn::Int2 p, nn::Int2 d, const Tensor& y,
-                const Tensor& indices, cudaStream_t stream) {
+static void max_pool2d(const Tensor& x, Int2 k, Int2 s, Int2 p, Int2 d, const Tensor& y,
+                const Tensor& indices, cuda::Stream stream) {
   PoolGeom g{x.size(0), x.size(1), x.size(2), y.size(1), y.size(2), int(k.h), int(k.w),
              int(s.h),  int(s.w),  int(p.h),  int(p.w),  int(d.h),  int(d.w)};
   const unsigned blocks = grid_for(y.numel());
   if (x.dtype() == DType::f32)
-    max_pool2d_kernel<float><<<blocks, kThreads, 0, stream>>>(x.data<float>(), y.data<float>(),
+    max_pool2d_kernel<float><<<blocks, kThreads, 0, native(stream)>>>(x.data<float>(), y.data<float>(),
                                                               indices.data<int64_t>(), g);
   else
-    max_pool2d_kernel<double><<<blocks, kThreads, 0, stream>>>(x.data<double>(), y.data<double>(),
+    max_pool2d_kernel<double><<<blocks, kThreads, 0, native(stream)>>>(x.data<double>(), y.data<double>(),
                                                                indices.data<int64_t>(), g);
   DDP_CUDA_CHECK_LAUNCH("max_pool2d");
 }
 
-void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx,
-                         cudaStream_t stream) {
-  DDP_CUDA_CHECK(cudaMemsetAsync(dx.data_ptr(), 0, dx.nbytes(), stream));
+static void max_pool2d_backward(const Tensor& dy, const Tensor& indices, const Tensor& dx,
+                         cuda::Stream stream) {
+  DDP_CUDA_CHECK(cudaMemsetAsync(dx.data_ptr(), 0, dx.nbytes(), native(stream)));
   const int64_t planes = dx.size(0), hw = dx.size(1) * dx.size(2), ohw = dy.numel() / planes;
   const unsigned blocks = grid_for(dy.numel());
   if (dy.dtype() == DType::f32)
-    max_pool2d_backward_kernel<float><<<blocks, kThreads, 0, stream>>>(
+    max_pool2d_backward_kernel<float><<<blocks, kThreads, 0, native(stream)>>>(
         dy.data<float>(), indices.data<int64_t>(), dx.data<float>(), planes, ohw, hw);
   else
-    max_pool2d_backward_kernel<double><<<blocks, kThreads, 0, stream>>>(
+    max_pool2d_backward_kernel<double><<<blocks, kThreads, 0, native(stream)>>>(
         dy.data<double>(), indices.data<int64_t>(), dx.data<double>(), planes, ohw, hw);
   DDP_CUDA_CHECK_LAUNCH("max_pool2d_backward");
 }
+
+DDP_REGISTER_KERNEL(max_pool2d_forward, CUDA,
+                    [](const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 dilation,
+                       const Tensor& y, const Tensor& indices) {
+                      OnDevice on(x);
+                      max_pool2d(x, kernel, stride, padding, dilation, y, indices, on.stream);
+                    })
+DDP_REGISTER_KERNEL(max_pool2d_backward, CUDA,
+                    [](const Tensor& dy, const Tensor& indices, const Tensor& dx) {
+                      OnDevice on(dy);
+                      max_pool2d_backward(dy, indices, dx, on.stream);
+                    })
 
 }  // namespace ddp::cuda_kernels

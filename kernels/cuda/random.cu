@@ -60,7 +60,7 @@ static __global__ void normal_kernel(T* out, compute_t<T> mean, compute_t<T> std
 }
 
 void random(const Tensor& out, Backend::Distribution dist, double a, double b, uint64_t seed,
-            uint64_t counter, cudaStream_t stream) {
+            uint64_t counter, cuda::Stream stream) {
   const int64_t n = out.numel();
   if (n == 0) return;
   const bool uniform = dist == Backend::Distribution::uniform;
@@ -69,9 +69,9 @@ void random(const Tensor& out, Backend::Distribution dist, double a, double b, u
     const C ca = C(a), cb = C(b);
     if (uniform) {
       uniform_kernel<T>
-          <<<grid_for(n), kThreads, 0, stream>>>(ptr<T>(out), ca, C(cb - ca), seed, counter, n);
+          <<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<T>(out), ca, C(cb - ca), seed, counter, n);
     } else {
-      normal_kernel<T><<<grid_for(n), kThreads, 0, stream>>>(ptr<T>(out), ca, cb, seed, counter, n);
+      normal_kernel<T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<T>(out), ca, cb, seed, counter, n);
     }
     DDP_CUDA_CHECK_LAUNCH("random_kernel");
   });

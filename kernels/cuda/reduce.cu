@@ -101,19 +101,19 @@ static RowLaunch row_launch(const Tensor& in) {
 
 template <bool IsMax, bool Arg>
 static void launch_extreme(const char* name, const Tensor& in, const Tensor& out,
-                           cudaStream_t stream) {
+                           cuda::Stream stream) {
   const RowLaunch l = row_launch(in);
   dispatch_all(in.dtype(), name, [&]<class T>() {
     extreme_rows_kernel<T, IsMax, Arg>
-        <<<l.blocks, l.threads, 0, stream>>>(ptr<const T>(in), out.data_ptr(), l.rows, l.cols);
+        <<<l.blocks, l.threads, 0, native(stream)>>>(ptr<const T>(in), out.data_ptr(), l.rows, l.cols);
     DDP_CUDA_CHECK_LAUNCH("extreme_rows_kernel");
   });
 }
 
-void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cudaStream_t stream) {
+void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cuda::Stream stream) {
   if (in.shape()[0] == 0) return;
   if (in.shape()[1] == 0) {  // only sum gets here (cols >= 1 for the others): zeros
-    DDP_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), stream));
+    DDP_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), native(stream)));
     return;
   }
   switch (op) {
@@ -122,9 +122,9 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cudaStream_t 
       dispatch_all(in.dtype(), "sum", [&]<class T>() {
         if constexpr (is_half_like<T> || std::is_floating_point_v<T>) {
           sum_float_rows_kernel<T>
-              <<<l.blocks, l.threads, 0, stream>>>(ptr<const T>(in), ptr<T>(out), l.rows, l.cols);
+              <<<l.blocks, l.threads, 0, native(stream)>>>(ptr<const T>(in), ptr<T>(out), l.rows, l.cols);
         } else {
-          sum_int_rows_kernel<T><<<l.blocks, l.threads, 0, stream>>>(
+          sum_int_rows_kernel<T><<<l.blocks, l.threads, 0, native(stream)>>>(
               ptr<const T>(in), ptr<int64_t>(out), l.rows, l.cols);
         }
         DDP_CUDA_CHECK_LAUNCH("sum_rows_kernel");

@@ -9,7 +9,7 @@
 // -inf gives NaN, like torch.
 
 #include "cuda/common.cuh"
-#include "cuda/launchers.h"
+#include "kernel_list.h"
 
 namespace ddp::cuda_kernels {
 
@@ -75,29 +75,39 @@ static void row_geometry(const Tensor& t, int64_t& rows, int64_t& cols, unsigned
   while (threads < unsigned(kThreads) && int64_t(threads) < cols) threads *= 2;
 }
 
-void softmax_rows(const Tensor& in, const Tensor& out, bool log, cudaStream_t stream) {
+static void softmax_rows(const Tensor& in, const Tensor& out, bool log, cuda::Stream stream) {
   if (in.numel() == 0) return;
   int64_t rows, cols;
   unsigned blocks, threads;
   row_geometry(in, rows, cols, blocks, threads);
   dispatch_floating(out.dtype(), log ? "log_softmax" : "softmax", [&]<class T>() {
     softmax_kernel<T>
-        <<<blocks, threads, 0, stream>>>(ptr<const T>(in), ptr<T>(out), rows, cols, log);
+        <<<blocks, threads, 0, native(stream)>>>(ptr<const T>(in), ptr<T>(out), rows, cols, log);
     DDP_CUDA_CHECK_LAUNCH("softmax_kernel");
   });
 }
 
-void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log,
-                           cudaStream_t stream) {
+static void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log,
+                           cuda::Stream stream) {
   if (y.numel() == 0) return;
   int64_t rows, cols;
   unsigned blocks, threads;
   row_geometry(y, rows, cols, blocks, threads);
   dispatch_floating(dx.dtype(), log ? "log_softmax_backward" : "softmax_backward", [&]<class T>() {
-    softmax_backward_kernel<T><<<blocks, threads, 0, stream>>>(ptr<const T>(y), ptr<const T>(dy),
+    softmax_backward_kernel<T><<<blocks, threads, 0, native(stream)>>>(ptr<const T>(y), ptr<const T>(dy),
                                                                ptr<T>(dx), rows, cols, log);
     DDP_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
   });
 }
+
+DDP_REGISTER_KERNEL(softmax_forward, CUDA, [](const Tensor& in, const Tensor& out, bool log) {
+  OnDevice on(out);
+  softmax_rows(in, out, log, on.stream);
+})
+DDP_REGISTER_KERNEL(softmax_backward, CUDA,
+                    [](const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) {
+                      OnDevice on(dx);
+                      softmax_rows_backward(y, dy, dx, log, on.stream);
+                    })
 
 }  // namespace ddp::cuda_kernels

@@ -35,15 +35,15 @@ static __global__ void unary_backward_kernel(const T* x, const T* y, const T* dy
 }
 
 template <class Fn, class T>
-static void launch_unary(const Tensor& in, const Tensor& out, cudaStream_t stream) {
+static void launch_unary(const Tensor& in, const Tensor& out, cuda::Stream stream) {
   const int64_t n = out.numel();
-  unary_kernel<Fn, T><<<grid_for(n), kThreads, 0, stream>>>(ptr<const T>(in), ptr<T>(out),
+  unary_kernel<Fn, T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<const T>(in), ptr<T>(out),
                                                             make_indexer(in, out), n);
   DDP_CUDA_CHECK_LAUNCH("unary_kernel");
 }
 
 template <class Fn, bool FloatOnly>
-static void unary_op(const char* name, const Tensor& in, const Tensor& out, cudaStream_t stream) {
+static void unary_op(const char* name, const Tensor& in, const Tensor& out, cuda::Stream stream) {
   if constexpr (FloatOnly) {
     dispatch_floating(out.dtype(), name, [&]<class T>() { launch_unary<Fn, T>(in, out, stream); });
   } else {
@@ -53,7 +53,7 @@ static void unary_op(const char* name, const Tensor& in, const Tensor& out, cuda
 
 template <class Fn>
 static void unary_backward_op(const char* name, const Tensor& x, const Tensor& y, const Tensor& dy,
-                              const Tensor& dx, cudaStream_t stream) {
+                              const Tensor& dx, cuda::Stream stream) {
   dispatch_floating(dx.dtype(), name, [&]<class T>() {
     const int64_t n = dx.numel();
     // An undefined x or y gets all-zero strides (it is never read).
@@ -64,12 +64,12 @@ static void unary_backward_op(const char* name, const Tensor& x, const Tensor& y
     const T* xp = x.defined() ? ptr<const T>(x) : nullptr;
     const T* yp = y.defined() ? ptr<const T>(y) : nullptr;
     unary_backward_kernel<Fn, T>
-        <<<grid_for(n), kThreads, 0, stream>>>(xp, yp, ptr<const T>(dy), ptr<T>(dx), ix, n);
+        <<<grid_for(n), kThreads, 0, native(stream)>>>(xp, yp, ptr<const T>(dy), ptr<T>(dx), ix, n);
     DDP_CUDA_CHECK_LAUNCH("unary_backward_kernel");
   });
 }
 
-void unary(UnaryOp op, const Tensor& in, const Tensor& out, cudaStream_t stream) {
+void unary(UnaryOp op, const Tensor& in, const Tensor& out, cuda::Stream stream) {
   if (out.numel() == 0) return;
   switch (op) {
 #define DDP_UNARY_CASE(name, Fn, float_only)              \
@@ -83,7 +83,7 @@ void unary(UnaryOp op, const Tensor& in, const Tensor& out, cudaStream_t stream)
 }
 
 void unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy,
-                    const Tensor& dx, cudaStream_t stream) {
+                    const Tensor& dx, cuda::Stream stream) {
   if (dx.numel() == 0) return;
   switch (op) {
 #define DDP_UNARY_BW_CASE(name, Fn, float_only)                         \

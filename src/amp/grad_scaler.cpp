@@ -137,7 +137,7 @@ void GradScaler::update(double new_scale) {
 
 double GradScaler::get_scale() const { return options_.enabled ? double(scale_) : 1.0; }
 
-nn::TensorDict GradScaler::state_dict() const {
+TensorDict GradScaler::state_dict() const {
   if (!options_.enabled) return {};
   auto f64 = [](double v) { return Tensor::scalar(v, DType::f64); };
   return {{"scale", f64(scale_)},
@@ -147,7 +147,7 @@ nn::TensorDict GradScaler::state_dict() const {
           {"_growth_tracker", f64(double(growth_tracker_))}};
 }
 
-void GradScaler::load_state_dict(const nn::TensorDict& state) {
+void GradScaler::load_state_dict(const TensorDict& state) {
   if (!options_.enabled) return;
   const char* who = "GradScaler.load_state_dict";
   DDP_CHECK(!state.empty(),

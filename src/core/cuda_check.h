@@ -20,8 +20,26 @@
     }                                                                                          \
   } while (0)
 
-// After a kernel launch: catches bad launch configurations at once.
-#define DDP_CUDA_CHECK_LAUNCH(kernel_name) DDP_CUDA_CHECK(cudaGetLastError())
+namespace ddp::detail {
+// With DDP_CUDA_DEBUG_SYNC=1: whether to synchronise after each launch (read
+// once). See Note [Kernel registry].
+bool cuda_debug_sync();
+}  // namespace ddp::detail
+
+// After a kernel launch: catches bad launch configurations at once, and with
+// DDP_CUDA_DEBUG_SYNC=1 also faults inside the kernel, naming it.
+#define DDP_CUDA_CHECK_LAUNCH(kernel_name)                                                     \
+  do {                                                                                         \
+    DDP_CUDA_CHECK(cudaGetLastError());                                                        \
+    if (::ddp::detail::cuda_debug_sync()) {                                                    \
+      cudaError_t ddp_err_ = cudaDeviceSynchronize();                                          \
+      if (ddp_err_ != cudaSuccess) {                                                           \
+        (void)cudaGetLastError();                                                              \
+        DDP_THROW(CudaError, "kernel {} failed (found by DDP_CUDA_DEBUG_SYNC=1): {}: {}",      \
+                  kernel_name, cudaGetErrorName(ddp_err_), cudaGetErrorString(ddp_err_));      \
+      }                                                                                        \
+    }                                                                                          \
+  } while (0)
 
 #define DDP_CUBLAS_CHECK(expr)                                                                 \
   do {                                                                                         \

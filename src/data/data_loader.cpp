@@ -11,7 +11,7 @@
 
 #include "ddp/core/logging.h"
 #include "ddp/tensor/cuda.h"
-#include "tensor/cuda_allocator.h"
+#include "tensor/pinned_allocator.h"
 
 namespace ddp::data {
 

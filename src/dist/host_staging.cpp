@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "tensor/cuda_allocator.h"
+#include "tensor/pinned_allocator.h"
 
 namespace ddp::dist::detail {
 

@@ -50,7 +50,7 @@
 #include "ddp/core/logging.h"
 #include "dist/nccl_check.h"
 #include "dist/nccl_internal.h"
-#include "tensor/cuda_allocator.h"
+#include "tensor/cuda_event_pool.h"
 
 namespace ddp::dist {
 

@@ -41,7 +41,7 @@
 #include "ddp/dist/process_group_nccl.h"
 #include "dist/nccl_check.h"
 #include "dist/nccl_internal.h"
-#include "tensor/cuda_allocator.h"
+#include "tensor/device_guard.h"
 
 namespace ddp::dist {
 

@@ -167,8 +167,8 @@ void remove_stale_files(const std::string& dir, const std::unordered_set<std::st
   if (ec) DDP_LOG_WARNING("save_checkpoint: cannot list '{}': {}", dir, ec.message());
 }
 
-nn::TensorDict cpu_copy(const nn::TensorDict& d) {
-  nn::TensorDict out;
+TensorDict cpu_copy(const TensorDict& d) {
+  TensorDict out;
   for (const auto& [k, t] : d)
     out.insert(k, !t.defined() ? t : t.device().is_cpu() ? t.detach().clone() : t.detach().cpu());
   return out;
@@ -224,7 +224,7 @@ void save_checkpoint(const std::string& dir, const Checkpoint& checkpoint,
   DDP_CHECK(!dir.empty(), "save_checkpoint: the directory name is empty");
 
   // 1. Every section's state, before any file is touched.
-  std::vector<nn::TensorDict> dicts;
+  std::vector<TensorDict> dicts;
   for (const Checkpoint::Section& s : checkpoint.sections()) {
     try {
       dicts.push_back(s.save());
@@ -315,7 +315,7 @@ CheckpointInfo load_checkpoint(const std::string& dir, Checkpoint& checkpoint,
   struct Match {
     const Checkpoint::Section* section;
     const SectionEntry* entry;
-    nn::TensorDict tensors;
+    TensorDict tensors;
   };
   std::vector<Match> matches;
   std::vector<std::string> mine;
@@ -374,7 +374,7 @@ CheckpointInfo load_checkpoint(const std::string& dir, Checkpoint& checkpoint,
   // not, so each section's current state is copied (to the host) before it
   // loads, and on failure every section tried so far gets its copy back.
   // That costs one host copy of the state, once per load.
-  std::vector<nn::TensorDict> saved;
+  std::vector<TensorDict> saved;
   size_t i = 0;
   try {
     for (; i < matches.size(); ++i) {

@@ -70,7 +70,7 @@ class Loader {
  public:
   explicit Loader(const std::string& path) : path_(path) {}
 
-  nn::TensorDict load(Metadata* metadata);
+  TensorDict load(Metadata* metadata);
 
  private:
   template <class... Args>
@@ -224,7 +224,7 @@ void Loader::check_layout(const std::vector<Entry>& entries) const {
          expected);
 }
 
-nn::TensorDict Loader::load(Metadata* metadata) {
+TensorDict Loader::load(Metadata* metadata) {
   detail::ReadFile file(path_);
   json::Value root = read_header(file);
   std::vector<Entry> entries;
@@ -247,7 +247,7 @@ nn::TensorDict Loader::load(Metadata* metadata) {
   }
   check_layout(entries);
 
-  nn::TensorDict out;
+  TensorDict out;
   const uint64_t data_start = 8 + header_bytes_;
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
@@ -272,12 +272,12 @@ const char* safetensors_dtype_name(DType dtype) {
   DDP_THROW(DTypeError, "safetensors: no name for dtype {}", dtype_name(dtype));
 }
 
-nn::TensorDict load_safetensors(const std::string& path, Metadata* metadata) {
+TensorDict load_safetensors(const std::string& path, Metadata* metadata) {
   if (metadata) metadata->clear();
   return Loader(path).load(metadata);
 }
 
-void save_safetensors(const std::string& path, const nn::TensorDict& tensors,
+void save_safetensors(const std::string& path, const TensorDict& tensors,
                       const Metadata& metadata) {
   // The header first: it needs only names, shapes and dtypes.
   std::string header = "{";

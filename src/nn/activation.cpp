@@ -18,6 +18,13 @@ Tensor GELU::forward(const Tensor& x) {
 
 std::string GELU::extra_repr() const { return fmt::format("approximate='{}'", approximate_); }
 
+Tensor SiLU::forward(const Tensor& x) {
+  DDP_CHECK_T(DTypeError, x.defined() && is_floating(x.dtype()),
+              "{}: expected a floating input, got {}", describe(),
+              x.defined() ? x.describe() : "an undefined tensor");
+  return functional::silu(x);
+}
+
 Tensor ReLU::forward(const Tensor& x) {
   DDP_CHECK(x.defined(), "{}: the input is undefined", describe());
   return functional::relu(x);

@@ -18,7 +18,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include <climits>
+#include <utility>
+
 #include "core/cuda_check.h"
+#include "nn/cudnn_dims.h"
 #include "ddp/tensor/cuda.h"
 #include "nn/cudnn_util.h"
 
@@ -85,19 +89,27 @@ cudnnDataType_t data_type(DType dtype, const char* op) {
   DDP_THROW(DTypeError, "{}: cuDNN takes f32, f64, f16 or bf16, got {}", op, dtype_name(dtype));
 }
 
+// Everything is checked before the descriptor exists: a constructor that
+// throws runs no destructor, so a descriptor created first would leak.
 TensorDesc::TensorDesc(const Tensor& t, const char* op) {
-  DDP_CHECK_T(ShapeError, t.dim() == 4, "{}: cuDNN tensor descriptors here are 4-D, got {}", op,
-              t.describe());
+  const std::array<int, 8> d = checked_dims(t, op);
+  const cudnnDataType_t type = data_type(t.dtype(), op);
   DDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));
-  DDP_CUDNN_CHECK(cudnnSetTensor4dDescriptorEx(
-      desc_, data_type(t.dtype(), op), int(t.size(0)), int(t.size(1)), int(t.size(2)),
-      int(t.size(3)), int(t.stride(0)), int(t.stride(1)), int(t.stride(2)), int(t.stride(3))));
+  const cudnnStatus_t st =
+      cudnnSetTensor4dDescriptorEx(desc_, type, d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]);
+  if (st != CUDNN_STATUS_SUCCESS) cudnnDestroyTensorDescriptor(std::exchange(desc_, nullptr));
+  DDP_CUDNN_CHECK(st);
 }
 
 TensorDesc::TensorDesc(int64_t c, DType dtype, const char* op) {
+  DDP_CHECK_T(ShapeError, c > 0 && c <= INT_MAX, "{}: {} channels are beyond cuDNN's int range",
+              op, c);
+  const cudnnDataType_t type = data_type(dtype, op);
   DDP_CUDNN_CHECK(cudnnCreateTensorDescriptor(&desc_));
-  DDP_CUDNN_CHECK(
-      cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, data_type(dtype, op), 1, int(c), 1, 1));
+  const cudnnStatus_t st =
+      cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, type, 1, int(c), 1, 1);
+  if (st != CUDNN_STATUS_SUCCESS) cudnnDestroyTensorDescriptor(std::exchange(desc_, nullptr));
+  DDP_CUDNN_CHECK(st);
 }
 
 TensorDesc::~TensorDesc() {

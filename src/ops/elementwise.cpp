@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "amp/autocast_policy.h"
+#include "tensor/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/backend.h"
 #include "ddp/tensor/ops.h"

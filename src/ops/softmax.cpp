@@ -5,7 +5,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "amp/autocast_policy.h"
+#include "kernel_list.h"
+#include "tensor/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/backend.h"
 #include "ddp/tensor/ops.h"
@@ -43,7 +44,7 @@ Tensor softmax_impl(const char* name, bool log, const Tensor& x, int64_t dim) {
   int64_t d = wrap_dim(dim, std::max<int64_t>(x.dim(), 1), name);
   Tensor in = to_rows(x.detach(), d);
   Tensor y2 = empty_out(name, in.shape(), x.dtype(), x.device());
-  backend_for(x.device()).softmax_rows(in, y2, log);
+  kernels::call<kernels::softmax_forward>(x.device(), in, y2, log);
   Tensor out = from_rows(y2, x.shape(), d);
 
   // Backward: the row kernel on y (saved in its [rows, cols] layout) and dy.
@@ -52,7 +53,7 @@ Tensor softmax_impl(const char* name, bool log, const Tensor& x, int64_t dim) {
     autograd::record(name, {x}, {out}, [y2, xs, d, log](const Tensors& g) -> Tensors {
       Tensor dy = to_rows(cast_to(g[0], y2.dtype()), d);
       Tensor dx = Tensor::empty(y2.shape(), options(y2.dtype(), y2.device()));
-      backend_for(y2.device()).softmax_rows_backward(y2, dy, dx, log);
+      kernels::call<kernels::softmax_backward>(y2.device(), y2, dy, dx, log);
       return {from_rows(dx, xs, d)};
     });
   }

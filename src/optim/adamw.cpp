@@ -24,13 +24,13 @@ AdamW::AdamW(std::vector<ParamGroup> groups, double lr, AdamWOptions options)
     : Optimizer("AdamW", std::move(groups), lr, checked(options).weight_decay), options_(options) {}
 
 void AdamW::update_group(const ParamGroup& group, const Tensors& params, const Tensors& grads,
-                         const std::vector<nn::TensorDict*>& states) {
+                         const std::vector<TensorDict*>& states) {
   const AdamWOptions& o = options_;
   const double lr = *group.lr, beta1 = o.betas[0], beta2 = o.betas[1];
   Tensors exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
   std::vector<kernels::AdamWTensorScalars> per_tensor;
   for (size_t k = 0; k < params.size(); ++k) {
-    nn::TensorDict& state = *states[k];
+    TensorDict& state = *states[k];
     if (state.empty()) {
       state.insert("step", Tensor::scalar(0.0, DType::f64));
       state.insert("exp_avg", zeros_like(params[k]));
@@ -60,7 +60,7 @@ void AdamW::update_group(const ParamGroup& group, const Tensors& params, const T
                             .maximize = o.maximize});
 }
 
-nn::TensorDict AdamW::options_state() const {
+TensorDict AdamW::options_state() const {
   return {{"betas",
            Tensor::from_vector(std::vector<double>{options_.betas[0], options_.betas[1]}, {2})},
           {"eps", f64_scalar(options_.eps)},
@@ -68,7 +68,7 @@ nn::TensorDict AdamW::options_state() const {
           {"maximize", f64_scalar(options_.maximize)}};
 }
 
-void AdamW::load_options(const nn::TensorDict& t) {
+void AdamW::load_options(const TensorDict& t) {
   OptionReader r("AdamW.load_state_dict", t);
   AdamWOptions o = options_;
   std::vector<double> betas = r.values("betas", 2);

@@ -8,7 +8,7 @@
 #include <cmath>
 #include <map>
 
-#include "cpu/foreach.h"
+#include "kernel_list.h"
 #include "ddp/autograd/grad_mode.h"
 
 namespace ddp::optim::multi_tensor {
@@ -107,16 +107,13 @@ void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
             "foreach sgd_step: {} fresh flags for {} parameters", fresh.size(), params.size());
   if (params.empty()) return;
   NoGradGuard no_grad;
-  const bool on_cuda = params[0].is_cuda();
+  const Device device = params[0].device();
   for (const auto& [dtype, idx] : by_dtype(params)) {
     Staged staged;
     Tensors p = staged.stage(pick(params, idx)), b = staged.stage(pick(bufs, idx));
     Tensors g = contiguous(pick(grads, idx));
     std::vector<uint8_t> f = pick(fresh, idx);
-    if (on_cuda)
-      cuda_impl::sgd_step(p, g, b, f, s);
-    else
-      cpu::foreach_sgd(p, g, b, f, s);
+    kernels::call<kernels::foreach_sgd_step>(device, p, g, b, f, s);
     staged.finish();
   }
 }
@@ -137,7 +134,7 @@ void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_
             params.size());
   if (params.empty()) return;
   NoGradGuard no_grad;
-  const bool on_cuda = params[0].is_cuda();
+  const Device device = params[0].device();
   for (const auto& [dtype, idx] : by_dtype(params)) {
     Staged staged;
     Tensors p = staged.stage(pick(params, idx)), m = staged.stage(pick(exp_avgs, idx)),
@@ -145,10 +142,7 @@ void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_
             vmax = staged.stage(pick(max_exp_avg_sqs, idx));
     Tensors g = contiguous(pick(grads, idx));
     auto t = pick(per_tensor, idx);
-    if (on_cuda)
-      cuda_impl::adamw_step(p, g, m, v, vmax, t, s);
-    else
-      cpu::foreach_adamw(p, g, m, v, vmax, t, s);
+    kernels::call<kernels::foreach_adamw_step>(device, p, g, m, v, vmax, t, s);
     staged.finish();
   }
 }
@@ -158,7 +152,7 @@ double pow_sum(const Tensors& xs, double p) {
   if (!check_flat("pow_sum", xs)) return 0.0;
   NoGradGuard no_grad;
   Tensors c = contiguous(xs);
-  return xs[0].is_cuda() ? cuda_impl::pow_sum(c, p) : cpu::foreach_norm(c, p);
+  return kernels::call<kernels::foreach_pow_sum>(xs[0].device(), c, p);
 }
 
 bool mul_(const Tensors& xs, double factor, bool check_finite) {
@@ -166,12 +160,7 @@ bool mul_(const Tensors& xs, double factor, bool check_finite) {
   NoGradGuard no_grad;
   Staged staged;
   Tensors c = staged.stage(xs);
-  bool found = false;
-  if (xs[0].is_cuda()) {
-    found = cuda_impl::mul_(c, factor, check_finite);
-  } else {
-    found = cpu::foreach_mul_(c, factor) && check_finite;
-  }
+  const bool found = kernels::call<kernels::foreach_mul>(xs[0].device(), c, factor, check_finite);
   staged.finish();
   return found;
 }

@@ -7,7 +7,8 @@
 //
 // Note [Foreach numerics]
 // One formula per op, in kernels/common/foreach_math.h, is compiled for both
-// backends (kernels/cpu/foreach.cpp, kernels/cuda/foreach.cu). Each element
+// backends (kernels/cpu/foreach.cpp, kernels/cuda/foreach.cu), which register
+// their kernels (kernels/kernel_list.h; Note [Kernel registry]). Each element
 // is loaded once into the compute type (f32 for f16/bf16/f32, f64 for f64),
 // updated with torch.optim's single-tensor order of operations and stored
 // once, so f16/bf16 parameters and their state are updated in f32 and
@@ -54,20 +55,5 @@ double pow_sum(const Tensors& xs, double p);
 // whether any element was inf or NaN before the multiplication (reading the
 // flag back waits for the device); otherwise returns false without waiting.
 bool mul_(const Tensors& xs, double factor, bool check_finite);
-
-// The CUDA side, with no CUDA types in sight: foreach_cuda.cpp makes the
-// tensors' device current and queues the launchers of kernels/cuda/foreach.h
-// on its current stream; foreach_nocuda.cpp raises DeviceError. Lists as
-// checked and staged by foreach.cpp (contiguous; the steps: one dtype).
-namespace cuda_impl {
-void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
-              const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s);
-void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
-                const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
-                const std::vector<kernels::AdamWTensorScalars>& per_tensor,
-                const kernels::AdamWScalars& s);
-double pow_sum(const Tensors& xs, double p);
-bool mul_(const Tensors& xs, double factor, bool check_finite);
-}  // namespace cuda_impl
 
 }  // namespace ddp::optim::multi_tensor

@@ -75,15 +75,15 @@ void LRScheduler::step() {
   for (size_t g = 0; g < groups.size(); ++g) groups[g].lr = lrs[g];
 }
 
-nn::TensorDict LRScheduler::state_dict() const {
-  nn::TensorDict out;
+TensorDict LRScheduler::state_dict() const {
+  TensorDict out;
   out.insert("last_step", Tensor::scalar(double(last_step_), DType::i64));
   out.insert("base_lrs", f64_vector(base_lrs_));
   for (const auto& [name, t] : options_state()) out.insert(name, t);
   return out;
 }
 
-void LRScheduler::load_state_dict(const nn::TensorDict& state) {
+void LRScheduler::load_state_dict(const TensorDict& state) {
   const std::string who = name_ + ".load_state_dict";
   for (const auto& [key, t] : state)
     DDP_CHECK(t.defined(), "{}: key '{}' holds an undefined tensor", who, key);
@@ -103,10 +103,10 @@ void LRScheduler::load_state_dict(const nn::TensorDict& state) {
     DDP_CHECK(std::isfinite(base_lrs[g]) && base_lrs[g] >= 0,
               "{}: 'base_lrs' entry {} must be finite and >= 0, got {}", who, g, base_lrs[g]);
 
-  nn::TensorDict options;
+  TensorDict options;
   for (const auto& [key, t] : state)
     if (key != "last_step" && key != "base_lrs") options.insert(key, t);
-  nn::TensorDict saved = options_state();
+  TensorDict saved = options_state();
   load_options(options);
   std::vector<double> saved_base = base_lrs_;
   base_lrs_ = base_lrs;
@@ -136,11 +136,11 @@ double StepLR::compute_lr(int64_t step, size_t group) const {
   return base_lrs()[group] * std::pow(gamma_, double(step / step_size_));
 }
 
-nn::TensorDict StepLR::options_state() const {
+TensorDict StepLR::options_state() const {
   return {{"step_size", f64_scalar(double(step_size_))}, {"gamma", f64_scalar(gamma_)}};
 }
 
-void StepLR::load_options(const nn::TensorDict& options) {
+void StepLR::load_options(const TensorDict& options) {
   OptionReader r(name() + ".load_state_dict", options);
   int64_t step_size = whole(name(), "step_size", r.number("step_size"));
   double gamma = r.number("gamma");
@@ -185,14 +185,14 @@ double WarmupCosineLR::compute_lr(int64_t step, size_t group) const {
          (base - options_.min_lr) * (1.0 + std::cos(std::numbers::pi * progress)) / 2.0;
 }
 
-nn::TensorDict WarmupCosineLR::options_state() const {
+TensorDict WarmupCosineLR::options_state() const {
   return {{"total_steps", f64_scalar(double(total_steps_))},
           {"warmup_steps", f64_scalar(double(options_.warmup_steps))},
           {"start_factor", f64_scalar(options_.start_factor)},
           {"min_lr", f64_scalar(options_.min_lr)}};
 }
 
-void WarmupCosineLR::load_options(const nn::TensorDict& options) {
+void WarmupCosineLR::load_options(const TensorDict& options) {
   const std::string who = name() + ".load_state_dict";
   OptionReader r(who, options);
   int64_t total = whole(who, "total_steps", r.number("total_steps"));
@@ -282,7 +282,7 @@ double OneCycleLR::compute_lr(int64_t step, size_t group) const {
   return min_lr;  // not reached: the last phase takes every step
 }
 
-nn::TensorDict OneCycleLR::options_state() const {
+TensorDict OneCycleLR::options_state() const {
   return {{"max_lr", f64_vector(max_lrs_)},
           {"total_steps", f64_scalar(double(total_steps_))},
           {"pct_start", f64_scalar(options_.pct_start)},
@@ -292,7 +292,7 @@ nn::TensorDict OneCycleLR::options_state() const {
           {"three_phase", f64_scalar(options_.three_phase)}};
 }
 
-void OneCycleLR::load_options(const nn::TensorDict& options) {
+void OneCycleLR::load_options(const TensorDict& options) {
   const std::string who = name() + ".load_state_dict";
   OptionReader r(who, options);
   std::vector<double> max_lrs = r.values("max_lr", int64_t(num_groups()));

@@ -7,7 +7,7 @@
 #include <string>
 #include <unordered_set>
 
-#include "ddp/nn/ordered_dict.h"
+#include "ddp/tensor/ordered_dict.h"
 #include "ddp/tensor/tensor.h"
 
 namespace ddp::optim {
@@ -18,7 +18,7 @@ inline Tensor f64_scalar(double v) { return Tensor::scalar(v, DType::f64); }
 // missing, mis-shaped or (at finish()) unexpected one.
 class OptionReader {
  public:
-  OptionReader(std::string who, const nn::TensorDict& options)
+  OptionReader(std::string who, const TensorDict& options)
       : who_(std::move(who)), options_(options) {}
 
   std::vector<double> values(const char* name, int64_t count) {
@@ -42,7 +42,7 @@ class OptionReader {
 
  private:
   std::string who_;
-  const nn::TensorDict& options_;
+  const TensorDict& options_;
   std::unordered_set<std::string> used_;
 };
 

@@ -53,7 +53,7 @@ void Optimizer::step() {
   size_t i = 0;
   for (const ParamGroup& group : groups_) {
     Tensors params, grads;
-    std::vector<nn::TensorDict*> states;
+    std::vector<TensorDict*> states;
     for (const Tensor& p : group.params) {
       Tensor grad = p.grad();
       if (grad.defined()) {
@@ -83,12 +83,12 @@ void Optimizer::zero_grad(bool set_to_none) {
 
 // ---- state dicts ----------------------------------------------------------------
 
-nn::TensorDict Optimizer::state_dict() const {
-  nn::TensorDict out;
+TensorDict Optimizer::state_dict() const {
+  TensorDict out;
   for (size_t i = 0; i < state_.size(); ++i)
     for (const auto& [name, t] : state_[i]) out.insert(fmt::format("state.{}.{}", i, name), t);
   int64_t first = 0;
-  nn::TensorDict options = options_state();
+  TensorDict options = options_state();
   for (size_t g = 0; g < groups_.size(); ++g) {
     const ParamGroup& group = groups_[g];
     auto n = static_cast<int64_t>(group.params.size());
@@ -120,10 +120,10 @@ bool same_values(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-void Optimizer::load_state_dict(const nn::TensorDict& dict) {
+void Optimizer::load_state_dict(const TensorDict& dict) {
   const std::string who = name_ + ".load_state_dict";
   // Sort the keys into per-parameter state and per-group options.
-  std::map<size_t, nn::TensorDict> state, groups;
+  std::map<size_t, TensorDict> state, groups;
   for (const auto& [key, t] : dict) {
     DDP_CHECK(t.defined(), "{}: key '{}' holds an undefined tensor", who, key);
     size_t index = 0;
@@ -144,7 +144,7 @@ void Optimizer::load_state_dict(const nn::TensorDict& dict) {
                 (groups.empty() || groups.rbegin()->first + 1 == groups.size()),
             "{}: the state dict has {} parameter groups, the optimizer {}", who, groups.size(),
             groups_.size());
-  nn::TensorDict options;  // of group 0; the others must agree
+  TensorDict options;  // of group 0; the others must agree
   size_t first = 0;
   for (auto& [g, entries] : groups) {
     std::string prefix = fmt::format("param_groups.{}.", g);
@@ -164,7 +164,7 @@ void Optimizer::load_state_dict(const nn::TensorDict& dict) {
       DDP_CHECK(t && t->numel() == 1, "{}: missing or non-scalar key '{}{}'", who, prefix, hp);
       check_range(who, (prefix + hp).c_str(), t->item<double>(), 0.0, HUGE_VAL);
     }
-    nn::TensorDict rest;
+    TensorDict rest;
     for (const auto& [name, t] : entries)
       if (name != "params" && name != "lr" && name != "weight_decay") rest.insert(name, t);
     if (g == 0) {
@@ -182,7 +182,7 @@ void Optimizer::load_state_dict(const nn::TensorDict& dict) {
 
   // Options next, since which state a parameter has depends on them; put
   // them back if the state turns out not to fit.
-  nn::TensorDict saved_options = options_state();
+  TensorDict saved_options = options_state();
   load_options(options);
   std::vector<const Tensor*> params;
   for (const ParamGroup& group : groups_)

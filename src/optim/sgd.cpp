@@ -24,7 +24,7 @@ SGD::SGD(std::vector<ParamGroup> groups, double lr, SGDOptions options)
     : Optimizer("SGD", std::move(groups), lr, checked(options).weight_decay), options_(options) {}
 
 void SGD::update_group(const ParamGroup& group, const Tensors& params, const Tensors& grads,
-                       const std::vector<nn::TensorDict*>& states) {
+                       const std::vector<TensorDict*>& states) {
   const SGDOptions& o = options_;
   Tensors bufs;
   std::vector<uint8_t> fresh;
@@ -54,14 +54,14 @@ void SGD::update_group(const ParamGroup& group, const Tensors& params, const Ten
   }
 }
 
-nn::TensorDict SGD::options_state() const {
+TensorDict SGD::options_state() const {
   return {{"momentum", f64_scalar(options_.momentum)},
           {"dampening", f64_scalar(options_.dampening)},
           {"nesterov", f64_scalar(options_.nesterov)},
           {"maximize", f64_scalar(options_.maximize)}};
 }
 
-void SGD::load_options(const nn::TensorDict& t) {
+void SGD::load_options(const TensorDict& t) {
   OptionReader r("SGD.load_state_dict", t);
   SGDOptions o = options_;
   o.momentum = r.number("momentum");

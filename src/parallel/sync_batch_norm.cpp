@@ -9,14 +9,14 @@
 #include <utility>
 #include <vector>
 
-#include "amp/autocast_policy.h"
+#include "tensor/autocast_policy.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/autograd/node.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/functional/batch_norm.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/tensor/ops.h"
-#include "nn/functional/batch_norm_backend.h"
+#include "nn/functional/batch_norm_detail.h"
 
 namespace ddp::parallel {
 
@@ -190,32 +190,26 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
   return y;
 }
 
+namespace {
+
+// See Note [Converting BatchNorm2d in place].
+void install_sync_forward(nn::BatchNorm2d& bn, const std::shared_ptr<dist::ProcessGroup>& group) {
+  // The hook lives in bn, so the raw pointer never outlives it.
+  bn.set_training_forward([layer = &bn, group](const Tensor& x, double factor) {
+    return batch_stats_forward(x, *layer, factor, layer->eps(), group);
+  });
+}
+
+}  // namespace
+
 SyncBatchNorm::SyncBatchNorm(int64_t num_features, std::shared_ptr<dist::ProcessGroup> group,
                              double eps, std::optional<double> momentum, bool affine,
                              bool track_running_stats)
     : nn::BatchNorm2d(num_features, eps, momentum, affine, track_running_stats),
-      group_(std::move(group)),
-      eps_(eps),
-      momentum_(momentum),
-      track_running_stats_(track_running_stats) {
+      group_(std::move(group)) {
   DDP_CHECK(group_ != nullptr, "SyncBatchNorm({}): the process group is null", num_features);
-}
-
-Tensor SyncBatchNorm::forward(const Tensor& x) {
-  // Eval, or nobody to synchronise with: BatchNorm2d itself (as torch does).
-  if (!is_training() || group_->size() == 1) return nn::BatchNorm2d::forward(x);
-  DDP_CHECK_T(ShapeError, x.defined() && x.dim() == 4 && x.size(1) == num_features(),
-              "{}: expected an input [N, {}, H, W], got {}", describe(), num_features(),
-              x.defined() ? x.describe() : "an undefined tensor");
-  double factor = 0.0;  // as in BatchNorm2d::forward
-  if (track_running_stats_) {
-    {
-      autograd::NoGradGuard no_grad;
-      num_batches_tracked.add_(Tensor::ones({}, TensorOptions(DType::i64).device(x.device())));
-    }
-    factor = momentum_ ? *momentum_ : 1.0 / double(num_batches_tracked.item<int64_t>());
-  }
-  return batch_stats_forward(x, *this, factor, eps_, group_);
+  // Nobody to synchronise with: BatchNorm2d itself (as torch does).
+  if (group_->size() > 1) install_sync_forward(*this, group_);
 }
 
 std::string SyncBatchNorm::extra_repr() const {
@@ -233,17 +227,6 @@ std::string SyncBatchNorm::extra_repr() const {
 // (set_training_forward), and the hook installed here runs the layer's
 // training forward through the group. The layer keeps its identity, its
 // tensors and its place in every handle that points at it.
-
-namespace {
-
-void install_sync_forward(nn::BatchNorm2d& bn, const std::shared_ptr<dist::ProcessGroup>& group) {
-  // The hook lives in bn, so the raw pointer never outlives it.
-  bn.set_training_forward([layer = &bn, group](const Tensor& x, double factor) {
-    return batch_stats_forward(x, *layer, factor, layer->eps(), group);
-  });
-}
-
-}  // namespace
 
 int64_t convert_sync_batchnorm(nn::Module& module, std::shared_ptr<dist::ProcessGroup> group) {
   DDP_CHECK(group != nullptr, "convert_sync_batchnorm: the process group is null");

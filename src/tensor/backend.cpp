@@ -14,6 +14,21 @@ void Backend::copy_to_host(const Tensor& src, void*, bool) {
             src.device().str());
 }
 
+namespace {
+// Filled by the registrars while libddp loads (constant-initialised, so
+// their order does not matter).
+constinit BackendGetter g_backends[kNumDeviceTypes] = {};
+}  // namespace
+
+BackendRegistrar::BackendRegistrar(DeviceType type, BackendGetter getter) {
+  g_backends[int(type)] = getter;
+}
+
+Backend* cuda_backend() {
+  BackendGetter g = g_backends[int(DeviceType::CUDA)];
+  return g ? &g() : nullptr;
+}
+
 Backend& backend_for(DeviceType type) {
   if (type == DeviceType::CPU) return cpu_backend();
   Backend* cuda = cuda_backend();

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "tensor/cuda_allocator.h"
+#include "tensor/cuda_event_pool.h"
 
 namespace ddp {
 

@@ -15,7 +15,10 @@
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "ddp/tensor/cuda.h"
-#include "tensor/cuda_allocator.h"
+#include "core/format_bytes.h"
+#include "tensor/cuda_event_pool.h"
+#include "tensor/device_guard.h"
+#include "tensor/pinned_allocator.h"
 #include "tensor/cuda_pending_events.h"
 
 namespace ddp {
@@ -34,7 +37,7 @@ namespace ddp {
 // after queuing each copy, and a freed buffer is handed out again only once
 // all its events have completed (polled on the next pinned_allocate). One
 // process-wide cache, leaked on purpose: see Note [Leaked singletons] in
-// cuda_allocator_cuda.cpp.
+// caching_allocator_cuda.cpp.
 namespace {
 
 struct PinnedBlock {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_list.h"
 #include "ddp/core/error.h"
 #include "ddp/tensor/generator.h"
 #include "tensor/cpu_backend_test_util.h"
@@ -197,18 +198,26 @@ TEST(CpuBackendBmm, EmptyInnerDimGivesZeros) {
 }
 
 // ---------------------------------------------------------------- softmax
+// (registered kernels since softmax left the Backend; Note [Kernel registry])
+
+void softmax_rows(const Tensor& in, const Tensor& out, bool log) {
+  kernels::call<kernels::softmax_forward>(Device::cpu(), in, out, log);
+}
+void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx, bool log) {
+  kernels::call<kernels::softmax_backward>(Device::cpu(), y, dy, dx, log);
+}
 
 TEST(CpuBackendSoftmax, ForwardValues) {
   Tensor in = make<float>({0.0f, std::log(3.0f), 1000.0f, 1000.0f, -kInf, -kInf}, {3, 2});
   Tensor out = empty(DType::f32, {3, 2});
-  be().softmax_rows(in, out, false);
+  softmax_rows(in, out, false);
   auto v = values<float>(out);
   EXPECT_NEAR(v[0], 0.25f, 1e-6);
   EXPECT_NEAR(v[1], 0.75f, 1e-6);
   EXPECT_EQ(v[2], 0.5f);  // stable for large inputs
   EXPECT_EQ(v[3], 0.5f);
   EXPECT_TRUE(std::isnan(v[4]));  // all -inf: NaN like torch
-  be().softmax_rows(in, out, true);
+  softmax_rows(in, out, true);
   v = values<float>(out);
   EXPECT_NEAR(v[0], -std::log(4.0f), 1e-6);
   EXPECT_NEAR(v[1], std::log(0.75f), 1e-6);
@@ -216,19 +225,19 @@ TEST(CpuBackendSoftmax, ForwardValues) {
 
   Tensor h = make<Half>({Half(0.0f), Half(0.0f), Half(0.0f), Half(0.0f)}, {1, 4});
   Tensor ho = empty(DType::f16, {1, 4});
-  be().softmax_rows(h, ho, false);
+  softmax_rows(h, ho, false);
   EXPECT_EQ(as_float<Half>(ho), (std::vector<float>{0.25f, 0.25f, 0.25f, 0.25f}));
   Tensor d = make<double>({1.0, 1.0}, {1, 2});
   Tensor dout = empty(DType::f64, {1, 2});
-  be().softmax_rows(d, dout, true);
+  softmax_rows(d, dout, true);
   EXPECT_NEAR(values<double>(dout)[0], -std::log(2.0), 1e-15);
 
   // A long row (beyond the 8-lane blocks).
   std::vector<float> z(37, 0.0f);
   Tensor lo = empty(DType::f32, {1, 37});
-  be().softmax_rows(make<float>(z, {1, 37}), lo, false);
+  softmax_rows(make<float>(z, {1, 37}), lo, false);
   for (float x : values<float>(lo)) EXPECT_NEAR(x, 1.0f / 37, 1e-8);
-  EXPECT_THROW(be().softmax_rows(make<int32_t>({1}, {1, 1}), empty(DType::i32, {1, 1}), false),
+  EXPECT_THROW(softmax_rows(make<int32_t>({1}, {1, 1}), empty(DType::i32, {1, 1}), false),
                DTypeError);
 }
 
@@ -236,19 +245,19 @@ TEST(CpuBackendSoftmax, Backward) {
   Tensor y = make<float>({0.25f, 0.75f}, {1, 2});
   Tensor dy = make<float>({1.0f, 0.0f}, {1, 2});
   Tensor dx = empty(DType::f32, {1, 2});
-  be().softmax_rows_backward(y, dy, dx, false);  // y * (dy - sum(dy * y))
+  softmax_rows_backward(y, dy, dx, false);  // y * (dy - sum(dy * y))
   EXPECT_EQ(values<float>(dx), (std::vector<float>{0.1875f, -0.1875f}));
 
   Tensor ly = make<float>({std::log(0.25f), std::log(0.75f)}, {1, 2});
   Tensor ones = make<float>({1.0f, 1.0f}, {1, 2});
-  be().softmax_rows_backward(ly, ones, dx, true);  // dy - exp(y) * sum(dy)
+  softmax_rows_backward(ly, ones, dx, true);  // dy - exp(y) * sum(dy)
   EXPECT_NEAR(values<float>(dx)[0], 0.5f, 1e-6);
   EXPECT_NEAR(values<float>(dx)[1], -0.5f, 1e-6);
 
   Tensor yb = make<BFloat16>({BFloat16(0.25f), BFloat16(0.75f)}, {1, 2});
   Tensor dyb = make<BFloat16>({BFloat16(1.0f), BFloat16(0.0f)}, {1, 2});
   Tensor dxb = empty(DType::bf16, {1, 2});
-  be().softmax_rows_backward(yb, dyb, dxb, false);
+  softmax_rows_backward(yb, dyb, dxb, false);
   EXPECT_EQ(as_float<BFloat16>(dxb), (std::vector<float>{0.1875f, -0.1875f}));
 }
 

@@ -1,5 +1,5 @@
 // The CUDA caching allocator and the pinned host allocator (internal
-// interface src/tensor/cuda_allocator.h). Every test needs a GPU and skips
+// interface src/the allocator headers (caching_allocator.h, pinned_allocator.h, device_guard.h, cuda_event_pool.h)). Every test needs a GPU and skips
 // without one. Tests look at differences of the statistics and start from
 // empty_cache(), so they do not depend on each other's leftovers.
 
@@ -15,7 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "../../src/tensor/cuda_allocator.h"
+#include "../../src/core/format_bytes.h"
+#include "../../src/tensor/caching_allocator.h"
+#include "../../src/tensor/pinned_allocator.h"
 #include "ddp/core/error.h"
 #include "ddp/tensor/cuda.h"
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "kernel_list.h"
 #include "ddp/tensor/backend.h"
 #include "ddp/tensor/cuda.h"
 #include "ddp/tensor/tensor.h"
@@ -367,15 +368,15 @@ TEST(CudaBackend, SoftmaxMatchesCpu) {
         const std::string what = name_of(log ? "log_softmax" : "softmax", dt);
         const Both in = input(shape, dt, -5, 5, 60);
         Both y = empty(shape, dt);
-        cpu().softmax_rows(in.c, y.c, log);
-        gpu().softmax_rows(in.g, y.g, log);
+        kernels::call<kernels::softmax_forward>(in.c.device(), in.c, y.c, log);
+        kernels::call<kernels::softmax_forward>(in.g.device(), in.g, y.g, log);
         expect_near(y, tol(dt), what);
         // Backward from the CPU's y on both devices.
         gpu().copy_from_host(y.c.data_ptr(), y.g, false);
         const Both dy = input(shape, dt, -1, 1, 61);
         Both dx = empty(shape, dt);
-        cpu().softmax_rows_backward(y.c, dy.c, dx.c, log);
-        gpu().softmax_rows_backward(y.g, dy.g, dx.g, log);
+        kernels::call<kernels::softmax_backward>(y.c.device(), y.c, dy.c, dx.c, log);
+        kernels::call<kernels::softmax_backward>(y.g.device(), y.g, dy.g, dx.g, log);
         Tol t = tol(dt);
         t.atol *= 10;
         expect_near(dx, t, what + " backward");

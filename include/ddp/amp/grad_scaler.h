@@ -47,7 +47,7 @@
 #include <cstdint>
 #include <unordered_map>
 
-#include "ddp/nn/ordered_dict.h"
+#include "ddp/tensor/ordered_dict.h"
 #include "ddp/optim/optimizer.h"
 #include "ddp/tensor/tensor.h"
 
@@ -92,12 +92,12 @@ class GradScaler {
   // {"scale", "growth_factor", "backoff_factor", "growth_interval",
   // "_growth_tracker"} as 0-dim f64 tensors, torch's keys; empty when
   // disabled (as torch).
-  nn::TensorDict state_dict() const;
+  TensorDict state_dict() const;
   // Checks every key first (ValueError naming a missing, unexpected,
   // non-scalar or out-of-range one) and then takes all of them. An empty
   // dict is an error (it comes from a disabled scaler); a disabled scaler
   // ignores the call, as torch's does.
-  void load_state_dict(const nn::TensorDict& state);
+  void load_state_dict(const TensorDict& state);
 
  private:
   enum class Stage { kReady, kUnscaled, kStepped };

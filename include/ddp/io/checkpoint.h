@@ -44,7 +44,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/nn/ordered_dict.h"
+#include "ddp/tensor/ordered_dict.h"
 #include "ddp/tensor/generator.h"
 
 namespace ddp::io {
@@ -56,8 +56,8 @@ using Metadata = std::map<std::string, std::string>;
 // two members. load_state_dict may return anything (Module's returns its
 // LoadResult); the checkpoint ignores it, and Modules load strictly.
 template <class T>
-concept Stateful = requires(T& object, const T& cobject, const nn::TensorDict& dict) {
-  { cobject.state_dict() } -> std::convertible_to<nn::TensorDict>;
+concept Stateful = requires(T& object, const T& cobject, const TensorDict& dict) {
+  { cobject.state_dict() } -> std::convertible_to<TensorDict>;
   object.load_state_dict(dict);
 };
 
@@ -65,8 +65,8 @@ concept Stateful = requires(T& object, const T& cobject, const nn::TensorDict& d
 // outlive the Checkpoint (or be added by shared_ptr, which it keeps).
 class Checkpoint {
  public:
-  using SaveFn = std::function<nn::TensorDict()>;
-  using LoadFn = std::function<void(const nn::TensorDict&)>;
+  using SaveFn = std::function<TensorDict()>;
+  using LoadFn = std::function<void(const TensorDict&)>;
 
   // With include_default_generator, ddp::default_generator() is added
   // under the name "default".
@@ -77,15 +77,15 @@ class Checkpoint {
   template <Stateful T>
   Checkpoint& add(const std::string& name, T& object) {
     return add(
-        name, [&object] { return nn::TensorDict(object.state_dict()); },
-        [&object](const nn::TensorDict& d) { object.load_state_dict(d); });
+        name, [&object] { return TensorDict(object.state_dict()); },
+        [&object](const TensorDict& d) { object.load_state_dict(d); });
   }
   template <Stateful T>
   Checkpoint& add(const std::string& name, std::shared_ptr<T> object) {
     check_not_null(name, object.get());
     return add(
-        name, [object] { return nn::TensorDict(object->state_dict()); },
-        [object](const nn::TensorDict& d) { object->load_state_dict(d); });
+        name, [object] { return TensorDict(object->state_dict()); },
+        [object](const TensorDict& d) { object->load_state_dict(d); });
   }
   // The type-erased form: `save` returns the section's tensors, `load`
   // restores them and throws (any ddp::Error) when they do not fit.

@@ -21,7 +21,7 @@
 #include <string>
 
 #include "ddp/nn/module.h"
-#include "ddp/nn/ordered_dict.h"
+#include "ddp/tensor/ordered_dict.h"
 
 namespace ddp::io {
 
@@ -32,14 +32,14 @@ using Metadata = std::map<std::string, std::string>;
 // written beside `path` and renamed over it at the end, so a reader never
 // sees a half-written file. Raises ValueError for an undefined tensor or the
 // reserved name "__metadata__", IoError when the file cannot be written.
-void save_safetensors(const std::string& path, const nn::TensorDict& tensors,
+void save_safetensors(const std::string& path, const TensorDict& tensors,
                       const Metadata& metadata = {});
 
 // Reads every tensor to the CPU, in the order of the file's header. With
 // `metadata`, also returns the "__metadata__" strings. Any malformed file
 // raises IoError naming the file and, where one is at fault, the tensor;
 // see Note [Validating safetensors files] in safetensors.cpp.
-nn::TensorDict load_safetensors(const std::string& path, Metadata* metadata = nullptr);
+TensorDict load_safetensors(const std::string& path, Metadata* metadata = nullptr);
 
 // The safetensors name of a dtype ("F32", "BF16", "BOOL", ...).
 const char* safetensors_dtype_name(DType dtype);

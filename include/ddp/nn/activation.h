@@ -20,6 +20,13 @@ class GELU : public UnaryModule {
   std::string approximate_;
 };
 
+// x·σ(x), like torch.nn.SiLU.
+class SiLU : public UnaryModule {
+ public:
+  SiLU() : UnaryModule("SiLU") {}
+  Tensor forward(const Tensor& x) override;
+};
+
 class ReLU : public UnaryModule {
  public:
   ReLU() : UnaryModule("ReLU") {}

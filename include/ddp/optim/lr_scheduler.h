@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/nn/ordered_dict.h"
+#include "ddp/tensor/ordered_dict.h"
 #include "ddp/optim/optimizer.h"
 
 namespace ddp::optim {
@@ -67,10 +67,10 @@ class LRScheduler {
   Optimizer& optimizer() const { return *optimizer_; }
 
   // See Note [Scheduler state layout].
-  nn::TensorDict state_dict() const;
+  TensorDict state_dict() const;
   // Checks everything before it changes anything; a bad dict raises
   // ValueError naming the key.
-  void load_state_dict(const nn::TensorDict& state);
+  void load_state_dict(const TensorDict& state);
 
  protected:
   // Remembers the optimizer's group lrs as the base lrs. The derived
@@ -85,10 +85,10 @@ class LRScheduler {
   // The last step the schedule defines; -1 for no end.
   virtual int64_t max_step() const { return -1; }
   // The options as tensors by name (see Note [Scheduler state layout]).
-  virtual nn::TensorDict options_state() const = 0;
+  virtual TensorDict options_state() const = 0;
   // Validates all the options (ValueError naming the key) and then sets
   // them; a missing or extra option is an error too.
-  virtual void load_options(const nn::TensorDict& options) = 0;
+  virtual void load_options(const TensorDict& options) = 0;
 
   size_t num_groups() const { return base_lrs_.size(); }
 
@@ -111,8 +111,8 @@ class StepLR : public LRScheduler {
 
  protected:
   double compute_lr(int64_t step, size_t group) const override;
-  nn::TensorDict options_state() const override;
-  void load_options(const nn::TensorDict& options) override;
+  TensorDict options_state() const override;
+  void load_options(const TensorDict& options) override;
 
  private:
   int64_t step_size_;
@@ -144,8 +144,8 @@ class WarmupCosineLR : public LRScheduler {
 
  protected:
   double compute_lr(int64_t step, size_t group) const override;
-  nn::TensorDict options_state() const override;
-  void load_options(const nn::TensorDict& options) override;
+  TensorDict options_state() const override;
+  void load_options(const TensorDict& options) override;
 
  private:
   int64_t total_steps_;
@@ -188,8 +188,8 @@ class OneCycleLR : public LRScheduler {
  protected:
   double compute_lr(int64_t step, size_t group) const override;
   int64_t max_step() const override { return total_steps_; }
-  nn::TensorDict options_state() const override;
-  void load_options(const nn::TensorDict& options) override;
+  TensorDict options_state() const override;
+  void load_options(const TensorDict& options) override;
 
  private:
   std::vector<double> max_lrs_;

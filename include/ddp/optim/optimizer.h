@@ -38,7 +38,7 @@
 #include <string>
 #include <vector>
 
-#include "ddp/nn/ordered_dict.h"
+#include "ddp/tensor/ordered_dict.h"
 #include "ddp/tensor/tensor.h"
 
 namespace ddp::optim {
@@ -71,15 +71,15 @@ class Optimizer {
 
   // See Note [Optimizer state layout]. The state tensors are the
   // optimizer's own (not copies); save them before stepping again.
-  nn::TensorDict state_dict() const;
+  TensorDict state_dict() const;
   // Checks everything (keys, group sizes, shapes, option values) before it
   // changes anything; bad input raises ValueError naming the key. State
   // tensors are copied, converted to their parameter's dtype and device.
-  void load_state_dict(const nn::TensorDict& state);
+  void load_state_dict(const TensorDict& state);
 
   // The state of parameter i (numbered across groups), empty before its
   // first step.
-  const nn::TensorDict& state(size_t i) const { return state_.at(i); }
+  const TensorDict& state(size_t i) const { return state_.at(i); }
 
  protected:
   // Validates the groups: each non-empty, lr >= 0 and weight_decay >= 0
@@ -91,14 +91,14 @@ class Optimizer {
   // with grads[k] and its state *states[k] (empty before its first step).
   // See Note [Fused optimizer steps].
   virtual void update_group(const ParamGroup& group, const Tensors& params, const Tensors& grads,
-                            const std::vector<nn::TensorDict*>& states) = 0;
+                            const std::vector<TensorDict*>& states) = 0;
   // The optimizer-wide options as tensors, keyed by option name (without
   // lr and weight_decay, which are per group).
-  virtual nn::TensorDict options_state() const = 0;
+  virtual TensorDict options_state() const = 0;
   // Validates all of them (ValueError naming the option) and then sets
   // the options from what options_state() wrote; a missing or extra key
   // is an error too.
-  virtual void load_options(const nn::TensorDict& options) = 0;
+  virtual void load_options(const TensorDict& options) = 0;
   // The names a non-empty state of one parameter must have exactly, under
   // the current options.
   virtual std::vector<std::string> state_names() const = 0;
@@ -106,7 +106,7 @@ class Optimizer {
  private:
   std::string name_;
   std::vector<ParamGroup> groups_;
-  std::vector<nn::TensorDict> state_;  // by parameter number
+  std::vector<TensorDict> state_;  // by parameter number
 };
 
 // Groups from a flat parameter list: one group with the defaults.

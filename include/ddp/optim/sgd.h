@@ -28,9 +28,9 @@ class SGD : public Optimizer {
 
  protected:
   void update_group(const ParamGroup& group, const Tensors& params, const Tensors& grads,
-                    const std::vector<nn::TensorDict*>& states) override;
-  nn::TensorDict options_state() const override;
-  void load_options(const nn::TensorDict& options) override;
+                    const std::vector<TensorDict*>& states) override;
+  TensorDict options_state() const override;
+  void load_options(const TensorDict& options) override;
   std::vector<std::string> state_names() const override;
 
  private:

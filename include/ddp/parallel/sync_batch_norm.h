@@ -80,23 +80,16 @@ class SyncBatchNorm : public nn::BatchNorm2d {
                 std::optional<double> momentum = 0.1, bool affine = true,
                 bool track_running_stats = true);
 
-  // x: [N, num_features, H, W] (ShapeError naming this module otherwise).
-  // Training mode with more than one rank: sync_batch_norm; otherwise
-  // nn::BatchNorm2d::forward. num_batches_tracked counts training forwards
-  // and momentum = nullopt averages cumulatively, as in BatchNorm2d.
-  Tensor forward(const Tensor& x) override;
+  // Training mode with more than one rank: sync_batch_norm, installed as
+  // BatchNorm2d's training-forward hook (the one mechanism convert_sync_batchnorm
+  // uses too); otherwise exactly nn::BatchNorm2d::forward, whose shape check,
+  // num_batches_tracked count and momentum (nullopt: cumulative average) apply.
   std::string extra_repr() const override;
 
   const std::shared_ptr<dist::ProcessGroup>& process_group() const { return group_; }
-  double eps() const { return eps_; }
-  std::optional<double> momentum() const { return momentum_; }
 
  private:
   std::shared_ptr<dist::ProcessGroup> group_;
-  // Copies of BatchNorm2d's private options, which it does not expose.
-  double eps_;
-  std::optional<double> momentum_;
-  bool track_running_stats_;
 };
 
 // Makes every nn::BatchNorm2d in `module`'s tree (the module itself

@@ -70,14 +70,6 @@ class Backend {
   // stride (0 allowed). f16/bf16 accumulate in f32.
   virtual void bmm(const Tensor& a, const Tensor& bm, const Tensor& out) = 0;
 
-  // Row softmax: in, out [rows, cols] contiguous, floating, same dtype,
-  // computed in f32 (f64 for f64). log=true gives log_softmax.
-  virtual void softmax_rows(const Tensor& in, const Tensor& out, bool log) = 0;
-  // Backward of softmax_rows from y (its output) and dy: all [rows, cols]
-  // contiguous. softmax: dx = y * (dy - sum(dy*y)); log: dx = dy - exp(y) * sum(dy).
-  virtual void softmax_rows_backward(const Tensor& y, const Tensor& dy, const Tensor& dx,
-                                     bool log) = 0;
-
   // out (contiguous, floating) filled from Philox (see Note [Counter-based
   // RNG]): element i uses Philox4x32::draw(seed, counter + i). uniform: a +
   // (b - a) * u; normal: mean a, std b, by Box-Muller. The exact formulas,
@@ -106,7 +98,13 @@ class Backend {
 Backend& backend_for(DeviceType type);
 inline Backend& backend_for(Device d) { return backend_for(d.type); }
 
-// Implemented by src/tensor/cpu_backend.cpp and src/tensor/cuda_backend_cuda.cpp.
+// The backends register themselves (src/tensor/backend_cpu.cpp and, in a CUDA
+// build, src/tensor/backend_cuda.cpp) with a function that returns the one
+// instance, so a build without CUDA simply has no CUDA backend.
+using BackendGetter = Backend& (*)();
+struct BackendRegistrar {
+  BackendRegistrar(DeviceType type, BackendGetter getter);
+};
 Backend& cpu_backend();
 Backend* cuda_backend();  // nullptr when built without CUDA
 

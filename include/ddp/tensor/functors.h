@@ -20,6 +20,8 @@ DDP_INLINE_HD float log_(float x) { return ::logf(x); }
 DDP_INLINE_HD double log_(double x) { return ::log(x); }
 DDP_INLINE_HD float tanh_(float x) { return ::tanhf(x); }
 DDP_INLINE_HD double tanh_(double x) { return ::tanh(x); }
+DDP_INLINE_HD float erf_(float x) { return ::erff(x); }
+DDP_INLINE_HD double erf_(double x) { return ::erf(x); }
 DDP_INLINE_HD float sqrt_(float x) { return ::sqrtf(x); }
 DDP_INLINE_HD double sqrt_(double x) { return ::sqrt(x); }
 
@@ -42,6 +44,26 @@ struct GeluTanhFn {
     C t = tanh_(inner);
     C dinner = k * (C(1) + C(3) * a * x * x);
     return dy * (C(0.5) * (C(1) + t) + C(0.5) * x * (C(1) - t * t) * dinner);
+  }
+};
+// GELU, exact: x·Φ(x) = ½·x·(1 + erf(x/√2)); dy/dx = Φ(x) + x·φ(x), with
+// φ(x) = exp(−x²/2)/√(2π).
+struct GeluErfFn {
+  template <class C> DDP_INLINE_HD static C forward(C x) {
+    return C(0.5) * x * (C(1) + erf_(x * C(0.70710678118654752440)));
+  }
+  template <class C> DDP_INLINE_HD static C backward(C x, C, C dy) {
+    const C cdf = C(0.5) * (C(1) + erf_(x * C(0.70710678118654752440)));
+    const C pdf = exp_(C(-0.5) * x * x) * C(0.39894228040143267794);
+    return dy * (cdf + x * pdf);
+  }
+};
+// SiLU (swish): x·σ(x); dy/dx = σ(x)·(1 + x·(1 − σ(x))).
+struct SiluFn {
+  template <class C> DDP_INLINE_HD static C forward(C x) { return x / (C(1) + exp_(-x)); }
+  template <class C> DDP_INLINE_HD static C backward(C x, C, C dy) {
+    const C s = C(1) / (C(1) + exp_(-x));
+    return dy * s * (C(1) + x * (C(1) - s));
   }
 };
 struct ExpFn {

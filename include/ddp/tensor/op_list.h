@@ -13,6 +13,8 @@
 #define DDP_FOR_EACH_UNARY_OP(X) \
   X(relu, ReluFn, false)         \
   X(gelu, GeluTanhFn, true)      \
+  X(gelu_erf, GeluErfFn, true)   \
+  X(silu, SiluFn, true)          \
   X(exp, ExpFn, true)            \
   X(log, LogFn, true)            \
   X(tanh, TanhFn, true)          \

@@ -15,7 +15,7 @@
 namespace ddp {
 
 // ---- elementwise (op_list.h) -------------------------------------------
-// Unary: relu, gelu (tanh form), exp, log, tanh, sigmoid, sqrt, rsqrt, neg, abs.
+// Unary: relu, gelu (tanh form), gelu_erf (exact form), silu, exp, log, tanh, sigmoid, sqrt, rsqrt, neg, abs.
 #define DDP_DECLARE_UNARY(name, ...) Tensor name(const Tensor& x);
 DDP_FOR_EACH_UNARY_OP(DDP_DECLARE_UNARY)
 #undef DDP_DECLARE_UNARY

@@ -1,17 +1,17 @@
-// batch_norm: checks, the CPU kernels with their backward, and the CUDA
-// composite; see Note [BatchNorm backends] in
+// batch_norm: checks, the kernel calls with the backward, and the composite
+// for a device without batch-norm kernels; see Note [BatchNorm backends] in
 // include/ddp/nn/functional/batch_norm.h.
 
 #include "ddp/nn/functional/batch_norm.h"
 
-#include "amp/autocast_policy.h"
-#include "cpu/batch_norm.h"
+#include "tensor/autocast_policy.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/autograd/node.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/tensor/ops.h"
-#include "nn/functional/batch_norm_backend.h"
+#include "kernel_list.h"
+#include "nn/functional/batch_norm_detail.h"
 
 namespace ddp::nn::functional {
 
@@ -76,47 +76,57 @@ Tensor batch_norm_composite(const Tensor& x, const Tensor& rm, const Tensor& rv,
   return y;
 }
 
-Tensor batch_norm_cpu(const std::string& who, const Tensor& x, const Tensor& rm, const Tensor& rv,
-                      const Tensor& weight, const Tensor& bias, bool batch_stats, double momentum,
-                      double eps) {
-  const DType dt = x.dtype();
+// The kernels of x's device (kernels/kernel_list.h) and the backward. The
+// kernels see x detached, contiguous or (4-D) NHWC, and write y in x's layout.
+Tensor batch_norm_kernels(const Tensor& x, const Tensor& rm, const Tensor& rv,
+                          const Tensor& weight, const Tensor& bias, bool batch_stats,
+                          double momentum, double eps) {
+  const Device dev = x.device();
   const int64_t c = x.size(1);
-  TensorOptions opts(dt);
-  Tensor xc = x.detach().contiguous();
-  Tensor mean_c, invstd;
-  if (batch_stats) {
-    mean_c = Tensor::empty({c}, opts);
-    Tensor var_c = Tensor::empty({c}, opts);
-    cpu_kernels::batch_norm_stats(xc, mean_c, var_c);
-    const double n = double(x.numel() / c);
-    update_running(rm, mean_c, momentum);
-    update_running(rv, var_c * (n / (n - 1)), momentum);
-    invstd = rsqrt(var_c + eps);
-  } else {
-    mean_c = rm.detach().to(dt).contiguous();
-    invstd = rsqrt(rv.detach().to(dt) + eps).contiguous();
-  }
+  const bool channels_last = is_channels_last(x);
+  Tensor xk = channels_last ? x.detach() : x.detach().contiguous();
   Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
-  Tensor y = Tensor::empty(x.shape(), opts);
-  cpu_kernels::batch_norm_apply(xc, mean_c, invstd, w, b, y);
-  const bool channels_last = is_channels_last(x);
-  if (channels_last) y = to_channels_last(y);  // the output keeps the input's layout
+  // A fresh tensor in x's shape and layout (captured by value: the backward keeps it).
+  auto like_x = [shape = xk.shape(), dev, channels_last](DType dt) {
+    return shape.size() == 4 ? empty_nchw(shape, dt, dev, channels_last)
+                             : Tensor::empty(shape, TensorOptions(dt).device(dev));
+  };
+  Tensor y = like_x(x.dtype());
+  const TensorOptions sopts =
+      TensorOptions(x.dtype() == DType::f64 ? DType::f64 : DType::f32).device(dev);
+  Tensor save_mean, save_invstd;
+  if (batch_stats) {
+    save_mean = Tensor::empty({c}, sopts);
+    save_invstd = Tensor::empty({c}, sopts);
+    kernels::call<kernels::batch_norm_train_forward>(dev, xk, w, b, rm, rv, momentum, eps, y,
+                                                     save_mean, save_invstd);
+  } else {
+    kernels::call<kernels::batch_norm_eval_forward>(dev, xk, w, b, rm, rv, eps, y);
+  }
 
   if (autograd::needs_grad({x, weight, bias})) {
+    if (!batch_stats) {  // the statistics the backward divides by
+      autograd::NoGradGuard no_grad;
+      save_mean = rm.detach().to(sopts.dtype_).contiguous();
+      save_invstd = rsqrt(rv.detach().to(sopts.dtype_) + eps).contiguous();
+    }
     const bool need_dx = autograd::needs_grad({x});
     const bool need_dw = autograd::needs_grad({weight}), need_db = autograd::needs_grad({bias});
+    const DType wdt = weight.defined() ? weight.dtype() : x.dtype();
+    const DType bdt = bias.defined() ? bias.dtype() : x.dtype();
     autograd::record("batch_norm", {x, weight, bias}, {y},
-                     [xc, mean_c, invstd, w, batch_stats, channels_last, need_dx, need_dw,
-                      need_db](const Tensors& g) -> Tensors {
-                       Tensor dy = g[0].detach().contiguous();
-                       TensorOptions o(xc.dtype());
-                       Tensor dx = need_dx ? Tensor::empty(xc.shape(), o) : Tensor();
-                       Tensor dw = need_dw ? Tensor::empty({xc.size(1)}, o) : Tensor();
-                       Tensor db = need_db ? Tensor::empty({xc.size(1)}, o) : Tensor();
-                       cpu_kernels::batch_norm_backward(xc, dy, mean_c, invstd, w, batch_stats, dx,
-                                                        dw, db);
-                       if (dx.defined() && channels_last) dx = to_channels_last(dx);
+                     [xk, w, save_mean, save_invstd, batch_stats, eps, channels_last, need_dx,
+                      need_dw, need_db, wdt, bdt, like_x](const Tensors& g) -> Tensors {
+                       const Device dev = xk.device();
+                       Tensor dy = g[0].detach().to(xk.dtype());
+                       dy = channels_last ? to_channels_last(dy) : dy.contiguous();
+                       TensorOptions o = TensorOptions(xk.dtype()).device(dev);
+                       Tensor dx = need_dx ? like_x(xk.dtype()) : Tensor();
+                       Tensor dw = need_dw ? Tensor::empty({xk.size(1)}, o.dtype(wdt)) : Tensor();
+                       Tensor db = need_db ? Tensor::empty({xk.size(1)}, o.dtype(bdt)) : Tensor();
+                       kernels::call<kernels::batch_norm_backward>(
+                           dev, xk, dy, w, save_mean, save_invstd, batch_stats, eps, dx, dw, db);
                        return {dx, dw, db};
                      });
   }
@@ -141,21 +151,12 @@ Tensor batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor& run
   DDP_CHECK(!use_batch_stats || x.numel() / x.size(1) > 1,
             "{}: expected more than 1 value per channel when training, got input {}", who,
             x.describe());
-  if (x.is_cuda() && use_batch_stats && x.dim() == 4 && batch_norm_detail::have_cudnn())
-    return batch_norm_detail::batch_norm_train_cudnn(x, running_mean, running_var, weight, bias,
-                                                     momentum, eps);
-  if (x.is_cuda())
+  // A device without batch-norm kernels (CUDA built without cuDNN) composes tensor ops.
+  if (!kernels::has_kernel<kernels::batch_norm_train_forward>(x.device().type))
     return batch_norm_composite(x, running_mean, running_var, weight, bias, use_batch_stats,
                                 momentum, eps);
-  if (x.dtype() == DType::f16 || x.dtype() == DType::bf16) {
-    // CPU half precision runs in f32 (Note [BatchNorm backends]).
-    auto f32 = [](const Tensor& t) { return t.defined() ? t.to(DType::f32) : t; };
-    return batch_norm_cpu(who, x.to(DType::f32), running_mean, running_var, f32(weight), f32(bias),
-                          use_batch_stats, momentum, eps)
-        .to(x.dtype());
-  }
-  return batch_norm_cpu(who, x, running_mean, running_var, weight, bias, use_batch_stats, momentum,
-                        eps);
+  return batch_norm_kernels(x, running_mean, running_var, weight, bias, use_batch_stats, momentum,
+                            eps);
 }
 
 }  // namespace ddp::nn::functional

@@ -1,6 +1,7 @@
-// conv2d: argument checks, layout, dispatch to a backend, and the backward,
-// side by side. The kernels are in conv_onednn.cpp (CPU f32),
-// conv_reference.cpp (CPU f64) and conv_cuda.cpp (cuDNN).
+// conv2d: argument checks, layout, the kernel calls and the backward, side
+// by side. The kernels (kernels/kernel_list.h) are registered by
+// conv_cpu.cpp (oneDNN for f32, conv_reference.cpp for f64) and
+// conv_cuda.cpp (cuDNN).
 //
 // Note [Conv2d backends]
 // - CPU f32: oneDNN convolution forward / backward-data / backward-weights
@@ -12,8 +13,9 @@
 //   points the oneDNN path uses, while the oneDNN kernels themselves are
 //   checked against PyTorch's golden values in f32 and against this
 //   reference (tests/nn/conv_test.cpp).
-// - CPU f16/bf16: computed in f32 (the inputs are converted, the result
-//   converted back); CPU half precision is for tests, not speed.
+// - CPU f16/bf16: computed in f32 by the CPU kernels (the inputs are
+//   converted, the result converted back once); CPU half precision is for
+//   tests, not speed.
 // - CUDA: cuDNN for every floating dtype; see Note [cuDNN convolution] in
 //   conv_cuda.cpp.
 // x, y, dy and dx share one layout, NCHW or NHWC (Note [Channels-last
@@ -23,22 +25,27 @@
 
 #include <fmt/format.h>
 
-#include "amp/autocast_policy.h"
+#include "tensor/autocast_policy.h"
 #include "ddp/autograd/node.h"
-#include "ddp/config.h"
 #include "ddp/core/error.h"
 #include "ddp/tensor/ops.h"
-#include "nn/functional/conv_backend.h"
+#include "kernel_list.h"
+#include "nn/functional/conv_cpu.h"
 
-namespace ddp::nn::functional {
+namespace ddp::kernels {
 
-using conv_detail::ConvGeometry;
-
-std::string conv_detail::ConvGeometry::key() const {
+std::string ConvGeometry::key() const {
   return fmt::format("{}x{}x{}x{}|{}x{}x{}|s{},{}|p{},{}|d{},{}|g{}|{}|{}|{}", n, c, h, w, o, kh,
                      kw, stride.h, stride.w, padding.h, padding.w, dilation.h, dilation.w, groups,
                      channels_last ? "nhwc" : "nchw", has_bias ? "b" : "nb", dtype_name(dtype));
 }
+
+}  // namespace ddp::kernels
+
+namespace ddp::nn::functional {
+
+using kernels::ConvGeometry;
+
 
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
                          int64_t dilation) {
@@ -47,8 +54,9 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 }
 
 ConvCacheStats conv2d_cache_stats(DeviceType device) {
-  return device == DeviceType::CUDA ? conv_detail::cudnn::cache_stats()
-                                    : conv_detail::onednn::cache_stats();
+  if (!kernels::has_kernel<kernels::conv2d_cache_stats>(device)) return {};
+  const kernels::PlanCacheStats s = kernels::find_kernel<kernels::conv2d_cache_stats>(device)();
+  return {s.entries, s.hits, s.misses};
 }
 
 bool is_channels_last(const Tensor& t) {
@@ -145,25 +153,6 @@ ConvGeometry check_args(const std::string& who, const Tensor& x, const Tensor& w
   return g;
 }
 
-// The three passes on the backend for g's device and dtype.
-void run_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                 const Tensor& y) {
-  if (x.is_cuda()) return conv_detail::cudnn::forward(g, x, w, b, y);
-  if (g.dtype == DType::f64) return conv_detail::reference::forward(g, x, w, b, y);
-  conv_detail::onednn::forward(g, x, w, b, y);
-}
-void run_backward_data(const ConvGeometry& g, const Tensor& dy, const Tensor& w, const Tensor& dx) {
-  if (dy.is_cuda()) return conv_detail::cudnn::backward_data(g, dy, w, dx);
-  if (g.dtype == DType::f64) return conv_detail::reference::backward_data(g, dy, w, dx);
-  conv_detail::onednn::backward_data(g, dy, w, dx);
-}
-void run_backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy,
-                          const Tensor& dw, const Tensor& db) {
-  if (x.is_cuda()) return conv_detail::cudnn::backward_weights(g, x, dy, dw, db);
-  if (g.dtype == DType::f64) return conv_detail::reference::backward_weights(g, x, dy, dw, db);
-  conv_detail::onednn::backward_weights(g, x, dy, dw, db);
-}
-
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& params,
@@ -174,16 +163,6 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
         [&](const Tensors& t) { return conv2d(t[0], t[1], t[2], params, who_in); });
   const std::string who = who_in.empty() ? "conv2d" : who_in;
   ConvGeometry g = check_args(who, x, weight, bias, params);
-  if (!x.is_cuda() && (g.dtype == DType::f16 || g.dtype == DType::bf16)) {
-    // See Note [Conv2d backends]: CPU half precision runs in f32.
-    Tensor b32 = bias.defined() ? bias.to(DType::f32) : Tensor();
-    return conv2d(x.to(DType::f32), weight.to(DType::f32), b32, params, who).to(g.dtype);
-  }
-  if (!x.is_cuda() && g.dtype == DType::f32) {
-    DDP_CHECK_T(NotImplementedError, DDP_HAVE_DNNL,
-                "{}: f32 convolution on the CPU needs oneDNN, and this libddp was built without it",
-                who);
-  }
 
   // Note [NCHW convolutions on the CPU]: oneDNN's kernels run NHWC (Note
   // [oneDNN layouts]). An NCHW f32 convolution converts x and dy once here,
@@ -196,7 +175,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   Tensor w = weight.detach().contiguous();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor y = empty_nchw({g.n, g.o, g.oh, g.ow}, g.dtype, x.device(), g.channels_last);
-  run_forward(g, xin, w, b, y);
+  kernels::call<kernels::conv2d_forward>(x.device(), g, xin, w, b, y);
   if (nchw_out) y = to_nchw_cpu(y);
 
   if (autograd::needs_grad({x, weight, bias})) {
@@ -211,14 +190,14 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
           Tensor dx, dw, db;
           if (need_dx) {
             dx = empty_nchw({g.n, g.c, g.h, g.w}, g.dtype, dy.device(), g.channels_last);
-            run_backward_data(g, dy, w, dx);
+            kernels::call<kernels::conv2d_backward_data>(dy.device(), g, dy, w, dx);
             if (nchw_out) dx = to_nchw_cpu(dx);
           }
           if (need_dw || need_db) {
             TensorOptions opts = TensorOptions(g.dtype).device(dy.device());
             dw = Tensor::empty(w.shape(), opts);
             if (g.has_bias) db = Tensor::empty({g.o}, opts);
-            run_backward_weights(g, xin, dy, dw, db);
+            kernels::call<kernels::conv2d_backward_weight>(dy.device(), g, xin, dy, dw, db);
           }
           return {dx, need_dw ? dw : Tensor(), need_db ? db : Tensor()};
         });

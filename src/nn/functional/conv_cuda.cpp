@@ -11,9 +11,13 @@
 //   accumulation); f32 and f64 use CUDNN_FMA_MATH, i.e. no TF32, like the
 //   cuBLAS matmuls (Note [cuBLAS bmm layouts]), so CUDA f32 agrees with the
 //   CPU to f32 rounding.
-// - Algorithms: chosen once per (geometry, pass) with cuDNN's heuristics
-//   (cudnnGet*Algorithm_v7: the first candidate that is supported), then
-//   cached with its workspace size; conv2d_cache_stats(CUDA) counts hits.
+// - Algorithms: the candidates of cuDNN's heuristics (cudnnGet*Algorithm_v7)
+//   that are supported are cached per (geometry, pass, device) with their
+//   workspace sizes and math types; conv2d_cache_stats(CUDA) counts hits.
+//   A call runs the first candidate whose workspace can be allocated (an
+//   out-of-memory falls back to the next candidate needing less), with the
+//   math type cuDNN reported for that algorithm set on the descriptor.
+//   DDP_CUDNN_DETERMINISTIC=1 keeps only the deterministic candidates.
 //   Heuristics rather than cudnnFind*: Find times every algorithm on the GPU,
 //   which needs large scratch allocations and makes results vary between
 //   runs; heuristics are deterministic and cheap.
@@ -29,15 +33,22 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/cuda_check.h"
 #include "ddp/core/error.h"
 #include "ddp/tensor/cuda.h"
 #include "nn/cudnn_util.h"
-#include "nn/functional/conv_backend.h"
-#include "tensor/cuda_allocator.h"
+#include "ddp/core/env.h"
+#include "ddp/core/logging.h"
+#include "ddp/nn/functional/conv.h"
+#include "kernel_list.h"
+#include "tensor/device_guard.h"
 
-namespace ddp::nn::functional::conv_detail::cudnn {
+namespace ddp::nn::functional {
+
+using kernels::ConvGeometry;
+using kernels::PlanCacheStats;
 
 namespace {
 
@@ -88,28 +99,42 @@ enum class Pass { forward, backward_data, backward_weights };
 struct Algo {
   int algo = 0;  // cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t
   size_t workspace = 0;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
 };
+using Candidates = std::vector<Algo>;  // in the heuristic's order of preference
 
 struct AlgoCache {
   std::mutex mu;
-  std::unordered_map<std::string, Algo> map;
-  ConvCacheStats stats;
+  std::unordered_map<std::string, Candidates> map;
+  PlanCacheStats stats;
 };
+
+bool deterministic_only() {
+  static const bool on = env_bool("DDP_CUDNN_DETERMINISTIC", false);
+  return on;
+}
 AlgoCache& algo_cache() {
   static auto* c = new AlgoCache;  // leaked, like the handles (Note [cuDNN handles])
   return *c;
 }
 
-// The first supported candidate of a v7 heuristic query.
+// The supported candidates of a v7 heuristic query (deterministic ones only
+// under DDP_CUDNN_DETERMINISTIC=1).
 template <class Perf, class Query>
-Algo pick(const char* what, Query query) {
+Candidates pick(const char* what, Query query) {
   constexpr int kMax = 16;
   Perf perf[kMax];
   int returned = 0;
   DDP_CUDNN_CHECK(query(kMax, &returned, perf));
-  for (int i = 0; i < returned; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS) return {int(perf[i].algo), perf[i].memory};
-  DDP_THROW(CudnnError, "{}: no supported {} algorithm", kOp, what);
+  Candidates out;
+  for (int i = 0; i < returned; ++i) {
+    if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
+    if (deterministic_only() && perf[i].determinism != CUDNN_DETERMINISTIC) continue;
+    out.push_back({int(perf[i].algo), perf[i].memory, perf[i].mathType});
+  }
+  DDP_CHECK_T(CudnnError, !out.empty(), "{}: no supported {} algorithm{}", kOp, what,
+              deterministic_only() ? " is deterministic (DDP_CUDNN_DETERMINISTIC=1)" : "");
+  return out;
 }
 
 struct Descriptors {
@@ -118,7 +143,7 @@ struct Descriptors {
   ConvDesc conv;
 };
 
-Algo find_algo(const ConvGeometry& g, Pass pass, cudnnHandle_t h, const Descriptors& d) {
+Candidates find_algos(const ConvGeometry& g, Pass pass, cudnnHandle_t h, const Descriptors& d) {
   AlgoCache& c = algo_cache();
   int device = 0;
   DDP_CUDA_CHECK(cudaGetDevice(&device));
@@ -132,7 +157,7 @@ Algo find_algo(const ConvGeometry& g, Pass pass, cudnnHandle_t h, const Descript
       return it->second;
     }
   }
-  Algo a;
+  Candidates a;
   switch (pass) {
     case Pass::forward:
       a = pick<cudnnConvolutionFwdAlgoPerf_t>("forward", [&](int n, int* r, auto* p) {
@@ -159,8 +184,26 @@ Algo find_algo(const ConvGeometry& g, Pass pass, cudnnHandle_t h, const Descript
   return a;
 }
 
-Tensor workspace(size_t bytes, const Tensor& like) {
-  return Tensor::empty({int64_t(bytes)}, TensorOptions(DType::u8).device(like.device()));
+// Runs `call(algo, workspace)` with the first candidate whose workspace can be
+// allocated, after setting that algorithm's math type on the descriptor.
+template <class Call>
+void run_first_fitting(const Candidates& candidates, const Descriptors& d, const Tensor& like,
+                       Call&& call) {
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const Algo& a = candidates[i];
+    Tensor ws;
+    try {
+      ws = Tensor::empty({int64_t(a.workspace)}, TensorOptions(DType::u8).device(like.device()));
+    } catch (const OutOfMemoryError& e) {
+      if (i + 1 == candidates.size()) throw;
+      DDP_LOG_WARNING("{}: no memory for a {} workspace ({}); trying the next algorithm", kOp,
+                      a.workspace, e.what());
+      continue;
+    }
+    DDP_CUDNN_CHECK(cudnnSetConvolutionMathType(d.conv.get(), a.math));
+    call(a, ws);
+    return;
+  }
 }
 
 // The weight in the filter layout of Note [cuDNN convolution].
@@ -168,12 +211,10 @@ Tensor filter_layout(const ConvGeometry& g, const Tensor& w) {
   return g.channels_last ? to_channels_last(w) : w;
 }
 
-}  // namespace
-
-ConvCacheStats cache_stats() {
+PlanCacheStats cache_stats() {
   AlgoCache& c = algo_cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  ConvCacheStats s = c.stats;
+  PlanCacheStats s = c.stats;
   s.entries = int64_t(c.map.size());
   return s;
 }
@@ -183,14 +224,14 @@ void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tens
   CudaDeviceGuard guard(x.device().index);
   cudnnHandle_t h = handle();
   Descriptors d{TensorDesc(x, kOp), TensorDesc(y, kOp), FilterDesc(g), ConvDesc(g)};
-  Algo a = find_algo(g, Pass::forward, h, d);
-  Tensor ws = workspace(a.workspace, x);
   Tensor wf = filter_layout(g, w);
   Scale one(1.0), zero(0.0);
-  DDP_CUDNN_CHECK(cudnnConvolutionForward(
-      h, one.for_dtype(g.dtype), d.x.get(), x.data_ptr(), d.w.get(), wf.data_ptr(), d.conv.get(),
-      cudnnConvolutionFwdAlgo_t(a.algo), ws.data_ptr(), a.workspace, zero.for_dtype(g.dtype),
-      d.y.get(), y.data_ptr()));
+  run_first_fitting(find_algos(g, Pass::forward, h, d), d, x, [&](const Algo& a, const Tensor& ws) {
+    DDP_CUDNN_CHECK(cudnnConvolutionForward(
+        h, one.for_dtype(g.dtype), d.x.get(), x.data_ptr(), d.w.get(), wf.data_ptr(),
+        d.conv.get(), cudnnConvolutionFwdAlgo_t(a.algo), ws.data_ptr(), a.workspace,
+        zero.for_dtype(g.dtype), d.y.get(), y.data_ptr()));
+  });
   if (g.has_bias) {
     TensorDesc bd(g.o, g.dtype, kOp);
     DDP_CUDNN_CHECK(cudnnAddTensor(h, one.for_dtype(g.dtype), bd.get(), b.data_ptr(),
@@ -202,14 +243,15 @@ void backward_data(const ConvGeometry& g, const Tensor& dy, const Tensor& w, con
   CudaDeviceGuard guard(dy.device().index);
   cudnnHandle_t h = handle();
   Descriptors d{TensorDesc(dx, kOp), TensorDesc(dy, kOp), FilterDesc(g), ConvDesc(g)};
-  Algo a = find_algo(g, Pass::backward_data, h, d);
-  Tensor ws = workspace(a.workspace, dy);
   Tensor wf = filter_layout(g, w);
   Scale one(1.0), zero(0.0);
-  DDP_CUDNN_CHECK(cudnnConvolutionBackwardData(
-      h, one.for_dtype(g.dtype), d.w.get(), wf.data_ptr(), d.y.get(), dy.data_ptr(), d.conv.get(),
-      cudnnConvolutionBwdDataAlgo_t(a.algo), ws.data_ptr(), a.workspace, zero.for_dtype(g.dtype),
-      d.x.get(), dx.data_ptr()));
+  run_first_fitting(
+      find_algos(g, Pass::backward_data, h, d), d, dy, [&](const Algo& a, const Tensor& ws) {
+        DDP_CUDNN_CHECK(cudnnConvolutionBackwardData(
+            h, one.for_dtype(g.dtype), d.w.get(), wf.data_ptr(), d.y.get(), dy.data_ptr(),
+            d.conv.get(), cudnnConvolutionBwdDataAlgo_t(a.algo), ws.data_ptr(), a.workspace,
+            zero.for_dtype(g.dtype), d.x.get(), dx.data_ptr()));
+      });
 }
 
 void backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& dw,
@@ -217,15 +259,16 @@ void backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, 
   CudaDeviceGuard guard(x.device().index);
   cudnnHandle_t h = handle();
   Descriptors d{TensorDesc(x, kOp), TensorDesc(dy, kOp), FilterDesc(g), ConvDesc(g)};
-  Algo a = find_algo(g, Pass::backward_weights, h, d);
-  Tensor ws = workspace(a.workspace, x);
   // In the filter layout; copied into the contiguous dw afterwards if that differs.
   Tensor dwf = g.channels_last ? empty_nchw(dw.shape(), g.dtype, dw.device(), true) : dw;
   Scale one(1.0), zero(0.0);
-  DDP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
-      h, one.for_dtype(g.dtype), d.x.get(), x.data_ptr(), d.y.get(), dy.data_ptr(), d.conv.get(),
-      cudnnConvolutionBwdFilterAlgo_t(a.algo), ws.data_ptr(), a.workspace, zero.for_dtype(g.dtype),
-      d.w.get(), dwf.data_ptr()));
+  run_first_fitting(
+      find_algos(g, Pass::backward_weights, h, d), d, x, [&](const Algo& a, const Tensor& ws) {
+        DDP_CUDNN_CHECK(cudnnConvolutionBackwardFilter(
+            h, one.for_dtype(g.dtype), d.x.get(), x.data_ptr(), d.y.get(), dy.data_ptr(),
+            d.conv.get(), cudnnConvolutionBwdFilterAlgo_t(a.algo), ws.data_ptr(), a.workspace,
+            zero.for_dtype(g.dtype), d.w.get(), dwf.data_ptr()));
+      });
   if (!dwf.is_same(dw)) Tensor(dw).copy_(dwf);  // a handle copy: same storage
   if (db.defined()) {
     TensorDesc bd(g.o, g.dtype, kOp);
@@ -235,28 +278,13 @@ void backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, 
   }
 }
 
-}  // namespace ddp::nn::functional::conv_detail::cudnn
+}  // namespace
 
-#else  // CUDA without cuDNN
+DDP_REGISTER_KERNEL(conv2d_forward, CUDA, forward)
+DDP_REGISTER_KERNEL(conv2d_backward_data, CUDA, backward_data)
+DDP_REGISTER_KERNEL(conv2d_backward_weight, CUDA, backward_weights)
+DDP_REGISTER_KERNEL(conv2d_cache_stats, CUDA, cache_stats)
 
-#include "ddp/core/error.h"
-#include "nn/functional/conv_backend.h"
+}  // namespace ddp::nn::functional
 
-namespace ddp::nn::functional::conv_detail::cudnn {
-[[noreturn]] static void no_cudnn() {
-  DDP_THROW(NotImplementedError,
-            "conv2d: CUDA convolution needs cuDNN, and this libddp was "
-            "built without it");
-}
-void forward(const ConvGeometry&, const Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  no_cudnn();
-}
-void backward_data(const ConvGeometry&, const Tensor&, const Tensor&, const Tensor&) { no_cudnn(); }
-void backward_weights(const ConvGeometry&, const Tensor&, const Tensor&, const Tensor&,
-                      const Tensor&) {
-  no_cudnn();
-}
-ConvCacheStats cache_stats() { return {}; }
-}  // namespace ddp::nn::functional::conv_detail::cudnn
-
-#endif
+#endif  // DDP_HAVE_CUDNN: without cuDNN there is no CUDA convolution kernel

@@ -43,7 +43,7 @@
 #include <vector>
 
 #include "ddp/core/error.h"
-#include "nn/functional/conv_backend.h"
+#include "nn/functional/conv_cpu.h"
 
 namespace ddp::nn::functional::conv_detail::onednn {
 
@@ -190,7 +190,7 @@ Entry make_entry(const ConvGeometry& g, Pass pass) {
 struct Cache {
   std::mutex mu;
   std::unordered_map<std::string, std::shared_ptr<const Entry>> map;
-  ConvCacheStats stats;
+  PlanCacheStats stats;
 };
 Cache& cache() {
   // Leaked: primitives must not be destroyed after oneDNN's own statics at exit.
@@ -311,10 +311,10 @@ void copy_layout(const Tensor& src, const Tensor& dst) {
   }
 }
 
-ConvCacheStats cache_stats() {
+PlanCacheStats cache_stats() {
   Cache& c = cache();
   std::lock_guard<std::mutex> lock(c.mu);
-  ConvCacheStats s = c.stats;
+  PlanCacheStats s = c.stats;
   s.entries = int64_t(c.map.size());
   return s;
 }
@@ -342,7 +342,7 @@ void backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, 
 #else  // !DDP_HAVE_DNNL: conv.cpp raises NotImplementedError before calling these.
 
 #include "ddp/core/error.h"
-#include "nn/functional/conv_backend.h"
+#include "nn/functional/conv_cpu.h"
 
 namespace ddp::nn::functional::conv_detail::onednn {
 [[noreturn]] static void no_dnnl() {
@@ -356,7 +356,7 @@ void backward_weights(const ConvGeometry&, const Tensor&, const Tensor&, const T
                       const Tensor&) {
   no_dnnl();
 }
-ConvCacheStats cache_stats() { return {}; }
+PlanCacheStats cache_stats() { return {}; }
 void copy_layout(const Tensor&, const Tensor&) { no_dnnl(); }
 }  // namespace ddp::nn::functional::conv_detail::onednn
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "ddp/core/error.h"
-#include "nn/functional/conv_backend.h"
+#include "nn/functional/conv_cpu.h"
 
 namespace ddp::nn::functional::conv_detail::reference {
 

@@ -3,33 +3,13 @@
 
 #include "ddp/nn/functional/layer_norm.h"
 
-#include "amp/autocast_policy.h"
-#include "cpu/nn_kernels.h"
+#include "tensor/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "nn/functional/checks.h"
-#include "nn/functional/dense_cuda.h"
+#include "kernel_list.h"
 
 namespace ddp::nn::functional {
 
-namespace {
-
-void forward_kernel(const Tensor& x, const Tensor& w, const Tensor& b, double eps, const Tensor& y,
-                    const Tensor& mean, const Tensor& rstd) {
-  if (x.is_cuda())
-    dense_cuda::layer_norm_forward(x, w, b, eps, y, mean, rstd);
-  else
-    cpu::layer_norm_forward(x, w, b, eps, y, mean, rstd);
-}
-
-void backward_kernel(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& mean,
-                     const Tensor& rstd, const Tensor& dx, const Tensor& dw, const Tensor& db) {
-  if (x.is_cuda())
-    dense_cuda::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
-  else
-    cpu::layer_norm_backward(dy, x, w, mean, rstd, dx, dw, db);
-}
-
-}  // namespace
 
 Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& weight,
                   const Tensor& bias, double eps) {
@@ -65,7 +45,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
   Tensor y = Tensor::empty({rows, cols}, opts);
   Tensor mean = Tensor::empty({rows}, stat_opts);
   Tensor rstd = Tensor::empty({rows}, stat_opts);
-  forward_kernel(x2, w, b, eps, y, mean, rstd);
+  kernels::call<kernels::layer_norm_forward>(x.device(), x2, w, b, eps, y, mean, rstd);
   Tensor out = y.view(x.shape());
 
   if (autograd::needs_grad({x, weight, bias})) {
@@ -76,7 +56,7 @@ Tensor layer_norm(const Tensor& x, const Shape& normalized_shape, const Tensor& 
       Tensor dx = Tensor::empty({rows, cols}, opts);
       Tensor dw = has_w ? Tensor::empty({cols}, opts) : Tensor();
       Tensor db = has_b ? Tensor::empty({cols}, opts) : Tensor();
-      backward_kernel(dy, x2, w, mean, rstd, dx, dw, db);
+      kernels::call<kernels::layer_norm_backward>(x2.device(), dy, x2, w, mean, rstd, dx, dw, db);
       return {dx.view(xs), has_w ? dw.view(normalized_shape) : Tensor(),
               has_b ? db.view(normalized_shape) : Tensor()};
     });

@@ -1,23 +1,25 @@
 // linear: forward and backward (see include/ddp/nn/functional/linear.h).
-// CPU: composed from matmul and add, whose backward formulas autograd
-// chains. CUDA: one cuBLASLt call with the bias epilogue (Note [cuBLASLt
-// linear] in linear_cuda.cpp) and the backward recorded here.
+// A device with a linear_forward kernel (CUDA: one cuBLASLt call with the
+// bias epilogue, Note [cuBLASLt linear] in linear_cuda.cpp) runs it and the
+// backward recorded here; otherwise (the CPU) linear is composed from matmul
+// and add, whose backward formulas autograd chains.
 
 #include "ddp/nn/functional/linear.h"
 
-#include "amp/autocast_policy.h"
+#include "tensor/autocast_policy.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/ops.h"
 #include "nn/functional/checks.h"
-#include "nn/functional/dense_cuda.h"
+#include "kernel_list.h"
 
 namespace ddp::nn::functional {
 
 namespace {
 
-// The CUDA path on a [rows, in] input; an undefined result when cuBLASLt
-// declines the case.
-Tensor linear_cuda(const Tensor& x, const Tensor& x2d, const Tensor& weight, const Tensor& bias) {
+// The one-call path of a device with a linear_forward kernel (cuBLASLt on
+// CUDA) on a [rows, in] input; an undefined result when the library declines
+// the case.
+Tensor linear_fused(const Tensor& x, const Tensor& x2d, const Tensor& weight, const Tensor& bias) {
   // Kernels run on detached contiguous tensors; one node is recorded below
   // against the caller's tensors (Note [Kernels run on detached inputs]).
   Tensor xc = x2d.detach().contiguous();
@@ -25,7 +27,7 @@ Tensor linear_cuda(const Tensor& x, const Tensor& x2d, const Tensor& weight, con
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   const int64_t rows = xc.size(0), out = w.size(0);
   Tensor y = Tensor::empty({rows, out}, TensorOptions(x.dtype()).device(x.device()));
-  if (!dense_cuda::linear_forward(xc, w, b, y)) return Tensor();
+  if (!kernels::call<kernels::linear_forward>(x.device(), xc, w, b, y)) return Tensor();
   if (autograd::needs_grad({x2d, weight, bias})) {
     const bool has_bias = bias.defined();
     // dX = dY·W and dW = dYᵀ·X through the matmul op (cuBLAS), db = Σ_rows dY.
@@ -63,8 +65,8 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Shape out_shape = x.shape();
   out_shape.back() = out;
   Tensor x2d = x.reshape({-1, in});
-  if (x.is_cuda()) {
-    Tensor y = linear_cuda(x, x2d, weight, bias);
+  if (kernels::has_kernel<kernels::linear_forward>(x.device().type)) {
+    Tensor y = linear_fused(x, x2d, weight, bias);
     if (y.defined()) return y.reshape(out_shape);
   }
   Tensor y = matmul(x2d, weight.t());

@@ -19,7 +19,7 @@
 // One cuBLASLt handle per device serves every thread: the stream and the
 // workspace are arguments of each call, so the handle holds no per-call
 // state. The handles are leaked at exit on purpose (Note [Leaked singletons]
-// in cuda_allocator_cuda.cpp). The workspace comes from the caching
+// in caching_allocator_cuda.cpp). The workspace comes from the caching
 // allocator on the current stream, so it may be released right after the
 // call is queued.
 
@@ -31,11 +31,13 @@
 
 #include "core/cuda_check.h"
 #include "ddp/tensor/cuda.h"
-#include "nn/functional/dense_cuda.h"
-#include "tensor/cuda_allocator.h"
+#include "cuda/on_device.h"
+#include "kernel_list.h"
+#include "tensor/caching_allocator.h"
+#include "tensor/device_guard.h"
 #include "tensor/cublas_types.h"
 
-namespace ddp::nn::functional::dense_cuda {
+namespace ddp::nn::functional {
 
 namespace {
 
@@ -87,7 +89,7 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
 
 }  // namespace
 
-bool linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
+static bool cublaslt_linear(const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y) {
   const int64_t rows = x.size(0), in = x.size(1), out = w.size(0);
   if (rows == 0 || out == 0) return true;  // nothing to write
   if (in == 0) return false;               // y = b: the composed path fills it
@@ -100,7 +102,7 @@ bool linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
 
   const int device = x.device().index;
   CudaDeviceGuard guard(device);
-  cudaStream_t stream = static_cast<cudaStream_t>(cuda::current_stream(device).handle());
+  cudaStream_t stream = cuda_kernels::native(cuda::current_stream(device));
   cublasLtHandle_t h = lt_handle(device);
 
   MatmulDesc desc;
@@ -151,4 +153,6 @@ bool linear_forward(const Tensor& x, const Tensor& w, const Tensor& bias, const 
   return true;
 }
 
-}  // namespace ddp::nn::functional::dense_cuda
+DDP_REGISTER_KERNEL(linear_forward, CUDA, cublaslt_linear)
+
+}  // namespace ddp::nn::functional

@@ -17,7 +17,7 @@
 
 #include <vector>
 
-#include "amp/autocast_policy.h"
+#include "tensor/autocast_policy.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/ops.h"

@@ -5,12 +5,11 @@
 
 #include <cmath>
 
-#include "cpu/max_pool2d.h"
 #include "ddp/autograd/node.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/tensor/ops.h"
-#include "nn/functional/pooling_backend.h"
+#include "kernel_list.h"
 
 namespace ddp::nn::functional {
 
@@ -57,10 +56,8 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 
   Tensor planes = x.detach().contiguous().view({n * c, h, w});
   Tensor y = Tensor::empty({n * c, oh, ow}, TensorOptions(x.dtype()).device(x.device()));
   Tensor indices = Tensor::empty({n * c, oh, ow}, TensorOptions(kInt64).device(x.device()));
-  if (x.is_cuda())
-    pooling_detail::max_pool2d_cuda(planes, kernel, stride, padding, dilation, y, indices);
-  else
-    cpu_kernels::max_pool2d(planes, kernel, stride, padding, dilation, y, indices);
+  kernels::call<kernels::max_pool2d_forward>(x.device(), planes, kernel, stride, padding, dilation,
+                                             y, indices);
   Tensor out = y.view({n, c, oh, ow});
   if (is_channels_last(x)) out = to_channels_last(out);
   if (autograd::needs_grad({x})) {
@@ -70,10 +67,7 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 
       Tensor dy = g[0].detach().contiguous();
       Tensor dx = Tensor::empty({xs[0] * xs[1], xs[2], xs[3]},
                                 TensorOptions(dy.dtype()).device(dy.device()));
-      if (dy.is_cuda())
-        pooling_detail::max_pool2d_backward_cuda(dy, indices, dx);
-      else
-        cpu_kernels::max_pool2d_backward(dy, indices, dx);
+      kernels::call<kernels::max_pool2d_backward>(dy.device(), dy, indices, dx);
       Tensor r = dx.view(xs);
       return {cl ? to_channels_last(r) : r};
     });
