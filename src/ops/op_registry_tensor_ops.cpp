@@ -388,19 +388,14 @@ void add_bad_inputs(std::vector<OpInfo>& ops) {
   entry(ops, "var").bad_inputs = {reduce_bad("var", [](const Tensor& x) { var(x, {5}); })};
   entry(ops, "sum_to").bad_inputs = {bad_input<ShapeError>(
       "a shape it does not broadcast to", "cannot sum", [](Device d) { sum_to(f32({2, 3}, d), {2}); })};
-  for (const char* name : {"max_all", "min_all"})
-    entry(ops, name).bad_inputs = {bad_input<IndexError>(
-        "an empty input", "empty", [m = name[1] == 'a'](Device d) {
-          Tensor e = f32({0}, d);
-          m ? max(e) : min(e);
-        })};
-  for (const char* name : {"max_dim", "min_dim", "argmax", "argmin"})
-    entry(ops, name).bad_inputs = {reduce_bad(std::string(name).substr(0, 3) == "arg" ? name : std::string(name).substr(0, 3), [n = std::string(name)](const Tensor& x) {
-      if (n == "max_dim") max(x, 2);
-      else if (n == "min_dim") min(x, 2);
-      else if (n == "argmax") argmax(x, 2);
-      else argmin(x, 2);
-    })};
+  entry(ops, "max_all").bad_inputs = {bad_input<IndexError>(
+      "an empty input", "max: cannot reduce an empty tensor", [](Device d) { max(f32({0}, d)); })};
+  entry(ops, "min_all").bad_inputs = {bad_input<IndexError>(
+      "an empty input", "min: cannot reduce an empty tensor", [](Device d) { min(f32({2, 0}, d)); })};
+  entry(ops, "max_dim").bad_inputs = {reduce_bad("max", [](const Tensor& x) { max(x, 2); })};
+  entry(ops, "min_dim").bad_inputs = {reduce_bad("min", [](const Tensor& x) { min(x, -3); })};
+  entry(ops, "argmax").bad_inputs = {reduce_bad("argmax", [](const Tensor& x) { argmax(x, 2); })};
+  entry(ops, "argmin").bad_inputs = {reduce_bad("argmin", [](const Tensor& x) { argmin(x, 2); })};
   entry(ops, "matmul").bad_inputs = {
       bad_input<ShapeError>("inner dims that differ", "matmul",
                             [](Device d) { matmul(f32({2, 3}, d), f32({4, 2}, d)); }),
@@ -410,16 +405,16 @@ void add_bad_inputs(std::vector<OpInfo>& ops) {
       })};
   entry(ops, "bmm").bad_inputs = {bad_input<ShapeError>(
       "2-D operands", "bmm", [](Device d) { bmm(f32({2, 3}, d), f32({3, 2}, d)); })};
-  for (const char* name : {"softmax", "log_softmax"})
+  for (bool log : {false, true}) {
+    auto f = log ? log_softmax : softmax;
+    const char* name = log ? "log_softmax" : "softmax";
     entry(ops, name).bad_inputs = {
-        bad_input<IndexError>("a dim out of range", name,
-                              [log = name[0] == 'l'](Device d) {
-                                log ? log_softmax(f32({2, 3}, d), 2) : softmax(f32({2, 3}, d), 2);
-                              }),
-        bad_input<DTypeError>("an integer input", name, [log = name[0] == 'l'](Device d) {
-          Tensor i = Tensor::ones({2, 3}, opts(DType::i64, d));
-          log ? log_softmax(i, 1) : softmax(i, 1);
+        bad_input<IndexError>("a dim out of range", std::string(name) + ": dim",
+                              [f](Device d) { f(f32({2, 3}, d), 2); }),
+        bad_input<DTypeError>("an integer input", name, [f](Device d) {
+          f(Tensor::ones({2, 3}, opts(DType::i64, d)), 1);
         })};
+  }
   entry(ops, "arange").bad_inputs = {
       bad_input<ValueError>("a zero step", "step must be nonzero",
                             [](Device d) { arange(0.0, 4.0, 0.0, opts(DType::f32, d)); }),
