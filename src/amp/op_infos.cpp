@@ -1,4 +1,4 @@
-// The op registry's entry for GradScaler's fused unscale and inf/NaN check
+// The op registry's entry for GradScaler: scale, and its fused unscale and inf/NaN check
 // (one multi-tensor pass per device and dtype), with the step decision and
 // scale update that read its result. Registered from here, as the tensor
 // layer may not see amp: see Note [Registering ops from higher layers] in
@@ -47,6 +47,7 @@ Tensors run_unscale(const Tensors& in) {
     Tensors ps = leaves_with_grads(in, poison);
     optim::SGD opt(ps, 0.1);
     GradScaler scaler({.init_scale = kScale, .growth_interval = 1});
+    out.push_back(scaler.scale(sum(ps[0].detach())));  // the loss backward would start from
     scaler.unscale_(opt);
     if (!poison)
       for (const Tensor& p : ps) out.push_back(p.grad().clone());

@@ -320,6 +320,46 @@ void add_copies(std::vector<OpInfo>& ops) {
       }));
 }
 
+// In-place ops (Note [In-place ops and autograd]): what the optimizers and
+// the DDP engine write with. Not differentiable (they are never recorded).
+void add_inplace(std::vector<OpInfo>& ops) {
+  OpInfo op = make(
+      "inplace_arithmetic", kNumeric,
+      [](DType dt, Device dev, Generator& gen) {
+        return Tensors{signed_sample({3, 4}, dt, dev, gen), signed_sample({4}, dt, dev, gen),
+                       positive_sample({3, 4}, dt, dev, gen)};
+      },
+      [](const Tensors& in) {
+        const Tensor &x = in[0], &row = in[1], &pos = in[2];
+        Tensor a = x.clone(), b = x.clone(), c = Tensor::empty({4, 3}, opts(x.dtype(), x.device()));
+        a.add_(row, 2.0).mul_(pos).sub_(x);  // broadcasting from a row
+        b.mul_(3.0);
+        if (is_floating(x.dtype())) b.div_(pos);  // integer div_ would truncate
+        Tensor strided = c.t();                   // writes through a transposed view
+        strided.copy_(row);
+        Tensor d = x.clone();
+        d.narrow(1, 1, 2).fill_(-1.0);
+        Tensor cast = Tensor::empty({3, 4}, opts(DType::f64, x.device()));
+        cast.copy_(x);  // across dtypes
+        return Tensors{a, b, c, d, cast};
+      });
+  op.bad_inputs = {
+      bad_input<ShapeError>("a source that does not broadcast", "add_: cannot broadcast",
+                            [](Device d) {
+                              Tensor t = f32({3, 4}, d);
+                              t.add_(f32({3}, d));
+                            }),
+      bad_input<ValueError>("a leaf that requires grad", "in-place operation on",
+                            [](Device d) { f32({2}, d).set_requires_grad(true).mul_(2.0); }),
+      bad_input<ValueError>("an expanded destination", "has overlapping memory",
+                            [](Device d) { f32({1, 4}, d).expand({3, 4}).fill_(1.0); }),
+      bad_input<DTypeError>("a bool destination", "arithmetic on bool tensor", [](Device d) {
+        Tensor t = Tensor::zeros({2}, opts(DType::bool_, d));
+        t.add_(t);
+      })};
+  ops.push_back(std::move(op));
+}
+
 OpInfo& entry(std::vector<OpInfo>& ops, const std::string& name) {
   for (OpInfo& op : ops)
     if (op.name == name) return op;
@@ -479,6 +519,7 @@ void add_tensor_op_infos(std::vector<OpInfo>& ops) {
   add_indexing(ops);
   add_copies(ops);
   add_bad_inputs(ops);
+  add_inplace(ops);
 }
 
 }  // namespace detail

@@ -31,7 +31,7 @@ std::vector<std::string> exposed_ops() {
            "where", "masked_fill", "pow", "sum", "mean", "var", "sum_to", "max_all", "min_all",
            "max_dim", "min_dim", "argmax", "argmin", "matmul", "bmm", "softmax", "log_softmax",
            "full", "arange", "rand", "randn", "cat", "stack", "index_select", "gather",
-           "scatter_add", "one_hot", "transpose_copy", "cast",
+           "scatter_add", "one_hot", "transpose_copy", "cast", "inplace_arithmetic",
            // nn (ddp/nn/functional/*.h)
            "conv2d", "to_channels_last", "batch_norm_train", "batch_norm_running_stats", "batch_norm_eval", "max_pool2d",
            "adaptive_avg_pool2d", "layer_norm", "linear", "functional_gelu", "dropout",
