@@ -1,110 +1,85 @@
-// The op-consistency test: one test per entry of op_registry(). Each runs the
-// op on the CPU for every dtype it supports; on CUDA too (when a usable GPU
-// is present) and compares with the CPU; and gradchecks differentiable ops in
-// f64 on the CPU. See Note [One list per op family] in op_list.h.
+// The op-consistency test, CPU half: for every entry of op_registry() (the
+// tensor ops and those the higher layers register; Note [Registering ops
+// from higher layers]) it runs the op on the CPU for every dtype it
+// supports and backpropagates through it, and gradchecks differentiable ops
+// in f64. The CUDA comparison is op_consistency_gpu_test.cpp, the bad
+// inputs op_consistency_bad_inputs_test.cpp, the registry's own contents
+// op_consistency_registry_test.cpp; every suite is instantiated as
+// "op_consistency", so `ctest -R op_consistency` runs them all.
 
 #include <gtest/gtest.h>
 
-#include <cctype>
 #include <cmath>
-#include <set>
 #include <string>
-#include <vector>
 
-#include "ddp/ddp.h"
-#include "ddp/tensor/backend.h"
-#include "ddp/tensor/op_registry.h"
+#include "ddp/autograd/gradcheck.h"
+#include "op_consistency_util.h"
 
-namespace ddp {
+namespace ddp::op_consistency {
 namespace {
 
-constexpr uint64_t kSampleSeed = 42;
-
-struct Tolerance {
-  double rtol, atol;
-};
-
-// CPU-vs-CUDA tolerance by output dtype: reductions and matmuls sum in
-// another order on the GPU, and f16/bf16 results may round differently by an
-// ulp. Integer and bool results must match exactly.
-Tolerance tolerance(DType dt) {
-  switch (dt) {
-    case DType::f64: return {1e-10, 1e-12};
-    case DType::f32: return {1e-4, 1e-5};
-    case DType::f16: return {1e-2, 1e-2};
-    case DType::bf16: return {2e-2, 2e-2};
-    default: return {0, 0};
-  }
-}
-
-std::string describe_all(const Tensors& ts) {
-  std::string s;
-  for (const Tensor& t : ts) s += (s.empty() ? "" : ", ") + t.describe();
-  return s;
-}
-
-class OpConsistency : public ::testing::TestWithParam<std::string> {};
-
-// (1) CPU: runs for every dtype, outputs are sane.
-Tensors run_on(const OpInfo& op, DType dt, Device dev) {
-  Generator gen(kSampleSeed);
-  return op.run(op.sample(dt, dev, gen));
-}
-
-void check_cpu(const OpInfo& op, DType dt, Tensors* outputs) {
-  SCOPED_TRACE(std::string("dtype ") + dtype_name(dt) + " on cpu");
-  Tensors out;
-  try {
-    out = run_on(op, dt, Device::cpu());
-  } catch (const std::exception& e) {
-    FAIL() << op.name << " threw on " << dtype_name(dt) << ": " << e.what();
-  }
-  ASSERT_FALSE(out.empty());
-  for (size_t k = 0; k < out.size(); ++k) {
-    const Tensor& o = out[k];
-    SCOPED_TRACE("output " + std::to_string(k));
-    ASSERT_TRUE(o.defined());
+// Outputs are sane: on the CPU, at most kMaxDims dims, contiguous, and
+// finite (samples keep every op in its domain: a NaN or inf is a bug).
+void expect_sane(const Tensors& ts, const char* what) {
+  for (size_t k = 0; k < ts.size(); ++k) {
+    const Tensor& o = ts[k];
+    SCOPED_TRACE(std::string(what) + " " + std::to_string(k));
+    if (!o.defined()) continue;
     EXPECT_TRUE(o.device().is_cpu()) << o.describe();
     EXPECT_LE(o.dim(), kMaxDims) << o.describe();
     EXPECT_TRUE(o.is_contiguous()) << o.describe();
     for (int64_t s : o.shape()) EXPECT_GE(s, 0) << o.describe();
-    // Samples keep every op in its domain: a NaN or inf is a bug.
     if (is_floating(o.dtype()))
       for (double v : o.to_vector<double>()) ASSERT_TRUE(std::isfinite(v)) << o.to_string();
   }
-  *outputs = out;
 }
 
-// (2) CUDA: the same inputs give the same outputs as on the CPU.
-void check_cuda_matches(const OpInfo& op, DType dt, const Tensors& cpu_out) {
-  SCOPED_TRACE(std::string("dtype ") + dtype_name(dt) + " on cuda");
-  Tensors out = run_on(op, dt, Device::cuda(0));
-  ASSERT_EQ(out.size(), cpu_out.size());
-  for (size_t k = 0; k < out.size(); ++k) {
-    SCOPED_TRACE("output " + std::to_string(k));
-    const Tensor &g = out[k], &c = cpu_out[k];
-    EXPECT_TRUE(g.device().is_cuda()) << g.describe();
-    ASSERT_EQ(g.shape(), c.shape()) << g.describe() << " vs " << c.describe();
-    ASSERT_EQ(g.dtype(), c.dtype()) << g.describe() << " vs " << c.describe();
-    Tensor host = g.cpu();
-    // Counter-based RNG: uniform f32 is bit-identical on both devices.
-    bool exact = !is_floating(c.dtype()) || (op.name == "rand" && c.dtype() == DType::f32);
-    if (exact) {
-      EXPECT_EQ(max_abs_error(host, c), 0.0) << host.to_string() << "\nvs\n" << c.to_string();
-    } else {
-      Tolerance tol = tolerance(c.dtype());
-      EXPECT_TRUE(allclose(host, c, tol.rtol, tol.atol))
-          << "max abs error " << max_abs_error(host, c) << "\n"
-          << host.to_string() << "\nvs\n"
-          << c.to_string();
+// (1) CPU: runs for every dtype, outputs are sane; differentiable ops also
+// backpropagate for every floating dtype, giving each differentiated input
+// a finite gradient of its shape (at least one must be reached).
+class OpCpu : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpCpu, RunsAndBackpropagates) {
+  const OpInfo& op = find_op(GetParam());
+  ASSERT_FALSE(op.dtypes.empty());
+  for (DType dt : op.dtypes) {
+    SCOPED_TRACE(std::string("dtype ") + dtype_name(dt) + " on cpu");
+    const bool with_grads = op.differentiable && is_floating(dt);
+    Tensors inputs = sample_on(op.sample, dt, Device::cpu());
+    RunResult r;
+    try {
+      r = run_op(op, inputs, with_grads);
+    } catch (const std::exception& e) {
+      FAIL() << op.name << " threw on " << dtype_name(dt) << ": " << e.what();
     }
+    ASSERT_FALSE(r.outputs.empty());
+    for (const Tensor& o : r.outputs) ASSERT_TRUE(o.defined());
+    expect_sane(r.outputs, "output");
+    if (!with_grads) continue;
+    ASSERT_EQ(r.grads.size(), op.grad_inputs.size()) << describe_all(r.grads);
+    bool reached = false;
+    for (size_t i = 0; i < r.grads.size(); ++i) {
+      if (!r.grads[i].defined()) continue;
+      reached = true;
+      const Tensor& in = inputs[size_t(op.grad_inputs[i])];
+      EXPECT_EQ(r.grads[i].shape(), in.shape()) << "gradient of input " << op.grad_inputs[i];
+    }
+    EXPECT_TRUE(reached) << "no differentiated input got a gradient";
+    Tensors grads;
+    for (const Tensor& g : r.grads) grads.push_back(g.defined() ? g.contiguous() : g);
+    expect_sane(grads, "gradient");
   }
 }
 
-// (3) Gradients in f64 on the CPU against finite differences.
-void check_gradients(const OpInfo& op) {
-  Generator gen(kSampleSeed);
-  Tensors inputs = op.sample(DType::f64, Device::cpu(), gen);
+INSTANTIATE_TEST_SUITE_P(op_consistency, OpCpu, ::testing::ValuesIn(op_names()), param_name);
+
+// (2) Gradients in f64 on the CPU against finite differences.
+class OpGradcheck : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(OpGradcheck, MatchesFiniteDifferences) {
+  const OpInfo& op = find_op(GetParam());
+  ASSERT_TRUE(op.differentiable);
+  Tensors inputs = sample_on(op.sample, DType::f64, Device::cpu());
   Tensors diff;
   for (int k : op.grad_inputs) {
     inputs[size_t(k)] = inputs[size_t(k)].detach().set_requires_grad(true);
@@ -120,65 +95,11 @@ void check_gradients(const OpInfo& op) {
   EXPECT_TRUE(r.ok) << op.name << " inputs " << describe_all(diff) << ": " << r.message;
 }
 
-TEST_P(OpConsistency, Op) {
-  const OpInfo& op = find_op(GetParam());
-  ASSERT_FALSE(op.dtypes.empty());
-  bool cuda = cuda::is_available();
-  for (DType dt : op.dtypes) {
-    Tensors cpu_out;
-    check_cpu(op, dt, &cpu_out);
-    if (cpu_out.empty() || !cuda) continue;  // no GPU: the CPU part alone
-    check_cuda_matches(op, dt, cpu_out);
-  }
-  if (op.differentiable) check_gradients(op);
-}
-
-std::vector<std::string> op_names() {
-  std::vector<std::string> names;
-  for (const OpInfo& op : op_registry()) names.push_back(op.name);
-  return names;
-}
-
-INSTANTIATE_TEST_SUITE_P(, OpConsistency, ::testing::ValuesIn(op_names()),
-                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
-
-// ---- the registry itself ------------------------------------------------------
-
-TEST(OpConsistencyRegistry, NamesAreUniqueIdentifiers) {
-  std::set<std::string> seen;
-  for (const OpInfo& op : op_registry()) {
-    EXPECT_TRUE(seen.insert(op.name).second) << "duplicate " << op.name;
-    ASSERT_FALSE(op.name.empty());
-    for (char c : op.name) EXPECT_TRUE(std::isalnum(static_cast<unsigned char>(c)) || c == '_') << op.name;
-    EXPECT_TRUE(op.sample && op.run) << op.name;
-    EXPECT_EQ(op.differentiable, !op.grad_inputs.empty()) << op.name;
-  }
-}
-
-TEST(OpConsistencyRegistry, EveryListedOpIsRegistered) {
-  std::vector<std::string> listed;
-#define DDP_LISTED(name, ...) listed.push_back(#name);
-  DDP_FOR_EACH_UNARY_OP(DDP_LISTED)
-  DDP_FOR_EACH_BINARY_OP(DDP_LISTED)
-  DDP_FOR_EACH_COMPARE_OP(DDP_LISTED)
-#undef DDP_LISTED
-  for (const char* name :
-       {"where", "masked_fill", "pow", "sum", "mean", "var", "max_dim", "min_dim", "argmax",
-        "argmin", "matmul", "bmm", "softmax", "log_softmax", "full", "arange", "rand", "randn",
-        "cat", "stack", "index_select", "gather", "scatter_add", "one_hot", "transpose_copy",
-        "cast"})
-    listed.push_back(name);
-  for (const std::string& name : listed) EXPECT_NO_THROW(find_op(name)) << name;
-}
-
-TEST(OpConsistencyRegistry, FindOpRejectsUnknownNames) {
-  EXPECT_THROW(find_op("no_such_op"), ValueError);
-  try {
-    find_op("no_such_op");
-  } catch (const ValueError& e) {
-    EXPECT_NE(std::string(e.what()).find("no_such_op"), std::string::npos) << e.what();
-  }
-}
+INSTANTIATE_TEST_SUITE_P(op_consistency, OpGradcheck,
+                         ::testing::ValuesIn(op_names([](const OpInfo& op) {
+                           return op.differentiable;
+                         })),
+                         param_name);
 
 }  // namespace
-}  // namespace ddp
+}  // namespace ddp::op_consistency
