@@ -84,7 +84,7 @@ void add_linear_norm(std::vector<OpInfo>& ops) {
 }
 
 void add_elementwise(std::vector<OpInfo>& ops) {
-  // nn::functional::gelu: the exact form (its own kernels) and the tanh form.
+  // nn::functional::gelu: the exact form (the op gelu_erf) and the tanh form (gelu).
   OpInfo gelu_op = make(
       "functional_gelu", kFloats, floats({{3, 4}}),
       [](const Tensors& in) {
