@@ -1,5 +1,5 @@
 // The nccl backend's watchdog, Work completion, abort and shutdown. Built
-// only when NCCL is found. See process_group_nccl_nccl.cpp for the rest.
+// only when NCCL is found. See process_group_nccl.cpp for the rest.
 //
 // Note [NCCL watchdog]
 // NCCL kernels wait on the GPU for their peers, so a dead, stuck or

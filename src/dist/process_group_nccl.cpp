@@ -1,6 +1,6 @@
 // The "nccl" ProcessGroup backend: creation and the collectives. Built only
 // when NCCL is found (src/CMakeLists.txt). The watchdog, completion and
-// shutdown live in nccl_watchdog_nccl.cpp; the shared state in nccl_internal.h.
+// shutdown live in watchdog_nccl.cpp; the shared state in nccl_internal.h.
 //
 // Note [NCCL stream ordering]
 // Each group owns a communication stream on its device (non-blocking: it
