@@ -106,6 +106,7 @@ struct ProcessGroupNCCL::Impl {
   int device = 0;
   std::string name;
   bool blocking_wait = false;
+  AsyncErrorHandling async_error_handling = AsyncErrorHandling::raise;
   cuda::Stream stream;                // the communication stream (owned)
   cudaEvent_t start_event = nullptr;  // reused hand-over event: current stream -> comm stream
 
@@ -157,6 +158,9 @@ struct ProcessGroupNCCL::Impl {
   // ncclCommDestroy, or ncclCommAbort when finalizing fails or takes longer
   // than min(timeout, 60 s). Never throws. See Note [NCCL shutdown].
   void free_communicator(std::chrono::milliseconds timeout);
+  // Ends the process after an abort when async_error_handling says so (Note
+  // [Async error handling]). Watchdog thread only.
+  void tear_down_if_asked();
 
  private:
   void watchdog_loop();

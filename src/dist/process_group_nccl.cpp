@@ -38,6 +38,7 @@
 #include "core/cuda_check.h"
 #include "ddp/core/env.h"
 #include "ddp/core/logging.h"
+#include "ddp/dist/backend_registry.h"
 #include "ddp/dist/process_group_nccl.h"
 #include "dist/nccl_check.h"
 #include "dist/nccl_internal.h"
@@ -109,11 +110,16 @@ struct Launch {
   NcclClock::time_point start;
   std::chrono::milliseconds timeout;
 
+  // Set once the communicator has been handed a call (Note [NCCL out of
+  // memory]).
+  bool touched_comm = false;
+
   ncclComm_t comm() const { return p.comm; }
   // After each NCCL call or group: on a non-blocking communicator the call
   // may still be in progress, and stream work queued after it must wait
   // until NCCL has put it on the stream (Note [NCCL non-blocking communicators]).
   void settle() {
+    touched_comm = true;
     auto deadline = timeout.count() > 0 ? start + timeout : NcclClock::time_point::max();
     p.wait_ready(ctx, deadline);
   }
@@ -133,7 +139,10 @@ struct Launch {
 // aborts the communicator anyway.
 class NcclGroup {
  public:
-  explicit NcclGroup(Launch& l) : l_(l) { DDP_NCCL_CHECK(l_.ctx, l_.comm(), ncclGroupStart()); }
+  explicit NcclGroup(Launch& l) : l_(l) {
+    l_.touched_comm = true;
+    DDP_NCCL_CHECK(l_.ctx, l_.comm(), ncclGroupStart());
+  }
   ~NcclGroup() {
     if (open_) (void)ncclGroupEnd();
   }
@@ -155,6 +164,16 @@ class NcclGroup {
 // watchdog. `used`: every tensor the operation reads or writes. A failure
 // while enqueuing aborts the group: peers may already be inside the
 // collective, and this rank's communicator state is unknown.
+//
+// Note [NCCL out of memory]
+// The exception is running out of device memory for a temporary (a packed
+// input, a gather buffer) before any NCCL call of the operation: NCCL never
+// saw it, the communicator is as good as before, so the OutOfMemoryError
+// reaches the caller and the group stays usable (free memory and call again;
+// the peers, already inside the collective, wait for this rank as for a slow
+// one, up to the timeout). Temporaries are therefore allocated before the
+// first NCCL call of every operation; Launch::touched_comm tells the two
+// cases apart.
 template <class Body>
 WorkPtr enqueue(ProcessGroupNCCL::Impl& p, std::chrono::milliseconds timeout, const char* op,
                 const Tensors& used, Tensors result, bool blocking, Body&& body) {
@@ -183,6 +202,14 @@ WorkPtr enqueue(ProcessGroupNCCL::Impl& p, std::chrono::milliseconds timeout, co
     }
     l.settle();
     DDP_CUDA_CHECK(cudaEventRecord(work->end_event(), l.stream));
+  } catch (const OutOfMemoryError& e) {
+    if (l.touched_comm) {
+      lk.unlock();
+      p.abort(false, fmt::format("{} failed while being enqueued: {}", l.ctx, e.what()));
+      throw;
+    }
+    --p.next_seq;  // never issued: the sequence numbers stay those of the peers
+    throw;
   } catch (const std::exception& e) {
     lk.unlock();
     p.abort(dynamic_cast<const TimeoutError*>(&e) != nullptr,
@@ -209,6 +236,7 @@ ProcessGroupNCCLOptions resolve(ProcessGroupNCCLOptions o, const char* what, int
   DDP_CHECK(o.timeout->count() >= 0, "{} (nccl rank {}): negative timeout {} ms", what, rank,
             o.timeout->count());
   if (!o.blocking_wait) o.blocking_wait = env_bool("DDP_NCCL_BLOCKING_WAIT", false);
+  if (!o.async_error_handling) o.async_error_handling = async_error_handling_from_env();
   if (o.device == -1) o.device = cuda::current_device();
   DDP_CHECK_T(DeviceError, o.device >= 0 && o.device < cuda::device_count(),
               "{} (nccl rank {}): device cuda:{} does not exist ({} device(s) present)", what, rank,
@@ -343,6 +371,7 @@ std::shared_ptr<ProcessGroupNCCL> ProcessGroupNCCL::create_with_id(int rank, int
   impl->device = options.device;
   impl->name = options.name;
   impl->blocking_wait = *options.blocking_wait;
+  impl->async_error_handling = *options.async_error_handling;
   const std::string ctx = fmt::format("ProcessGroupNCCL::create ({})", impl->who());
 
   CudaDeviceGuard on_device(impl->device);  // the communicator binds to the current device
@@ -568,4 +597,47 @@ WorkPtr ProcessGroupNCCL::do_recv(const Tensor& tensor, int src, int /*tag*/) {
   });
 }
 
+}  // namespace ddp::dist
+
+// ---- registration (Note [Backend registry]) -------------------------------------
+
+namespace ddp::dist {
+namespace {
+
+// Without a store the unique id travels over a group of the same ranks:
+// the CPU backend made before (mpi under mpirun), else a new mpi group.
+std::shared_ptr<ProcessGroup> bootstrap_group(const BackendContext& ctx) {
+  if (ctx.host_group) return ctx.host_group;
+  const BackendInfo* mpi = find_backend("mpi");
+  return mpi ? mpi->create(ctx) : nullptr;
+}
+
+const BackendRegistration kNcclBackend{BackendInfo{
+    .name = "nccl",
+    .devices = {DeviceType::CUDA},
+    .native_cuda = true,
+    .preference = 0,
+    .unusable =
+        [](const BackendContext& ctx) -> std::string {
+          if (!ctx.device.is_cuda())
+            return fmt::format("it needs a CUDA device, the device is {}", ctx.device.str());
+          if (ctx.store || ctx.host_group) return "";
+          const BackendInfo* mpi = find_backend("mpi");
+          if (mpi && mpi->unusable(ctx).empty()) return "";
+          return "it needs a store to share its unique id: set MASTER_ADDR and MASTER_PORT";
+        },
+    .create =
+        [](const BackendContext& ctx) -> std::shared_ptr<ProcessGroup> {
+          ProcessGroupNCCLOptions no;
+          no.device = ctx.device.index;
+          if (ctx.timeout.count() > 0) no.timeout = ctx.timeout;
+          no.async_error_handling = ctx.async_error_handling;
+          if (ctx.store) return ProcessGroupNCCL::create(*ctx.store, ctx.rank, ctx.size, no);
+          auto boot = bootstrap_group(ctx);
+          DDP_CHECK(boot != nullptr, "init_process_group: nccl has no way to share its unique id");
+          return ProcessGroupNCCL::create(*boot, no);
+        },
+}};
+
+}  // namespace
 }  // namespace ddp::dist
