@@ -182,9 +182,10 @@ BackendPlan default_plan(const BackendContext& ctx) {
     }
     plan[t] = best->name;
   }
-  // One backend that takes everything asked of it serves alone.
-  if (plan.size() == 2 && plan[DeviceType::CPU] == plan[DeviceType::CUDA]) {
-    const std::string only = plan[DeviceType::CPU];
+  // One backend that takes everything asked of it serves alone, for every
+  // device type it takes (a CPU rank's gloo also stages CUDA tensors).
+  if (plan.size() == 1 || plan[DeviceType::CPU] == plan[DeviceType::CUDA]) {
+    const std::string only = plan.begin()->second;
     plan.clear();
     for (DeviceType t : find_backend(only)->devices) plan[t] = only;
   }

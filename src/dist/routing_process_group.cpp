@@ -33,7 +33,10 @@ int RoutingProcessGroup::checked_rank(const std::vector<Route>& routes) {
   return routes[0].second->rank();
 }
 
+// Checks too: the order in which the base's arguments are evaluated is
+// unspecified.
 int RoutingProcessGroup::checked_size(const std::vector<Route>& routes) {
+  checked_rank(routes);
   return routes[0].second->size();
 }
 
