@@ -2,6 +2,8 @@
 
 #include "host_collectives.h"
 
+#include "ddp/dist/host_process_group.h"
+
 #include <cstring>
 #include <memory>
 
@@ -32,17 +34,24 @@ WorkPtr reduce_coalesced(HostTransport& t, const char* op, const Tensors& tensor
 
 }  // namespace
 
-WorkPtr host_allreduce(HostTransport& t, const Tensors& tensors, ReduceOp op) {
-  return reduce_coalesced(t, "allreduce", tensors, op, -1);
+}  // namespace ddp::dist::detail
+
+namespace ddp::dist {
+
+using namespace detail;
+
+WorkPtr HostProcessGroup::do_allreduce(Tensors& tensors, ReduceOp op) {
+  return reduce_coalesced(transport(), "allreduce", tensors, op, -1);
 }
 
-WorkPtr host_reduce(HostTransport& t, const Tensors& tensors, int root, ReduceOp op) {
-  return reduce_coalesced(t, "reduce", tensors, op, root);
+WorkPtr HostProcessGroup::do_reduce(Tensors& tensors, int root, ReduceOp op) {
+  return reduce_coalesced(transport(), "reduce", tensors, op, root);
 }
 
 // One call per tensor, in place: broadcast needs no arithmetic, so packing
 // several tensors would only add copies.
-WorkPtr host_broadcast(HostTransport& t, const Tensors& tensors, int root) {
+WorkPtr HostProcessGroup::do_broadcast(Tensors& tensors, int root) {
+  HostTransport& t = transport();
   auto staged = stage_all(tensors, t.transport_rank() == root);
   return t.submit("broadcast", tensors, [&t, staged, root] {
     for (const Staged& s : staged)
@@ -52,7 +61,9 @@ WorkPtr host_broadcast(HostTransport& t, const Tensors& tensors, int root) {
   });
 }
 
-WorkPtr host_allgather(HostTransport& t, const Tensors& outputs, const Tensor& input) {
+WorkPtr HostProcessGroup::do_allgather(Tensors& outputs, const Tensor& input) {
+  HostTransport& t = transport();
+  t.check_count("allgather", int64_t(input.nbytes()), input);
   Staged in = stage(input, true);
   auto outs = stage_all(outputs, false);
   return t.submit("allgather", outputs, [&t, in, outs] {
@@ -76,8 +87,9 @@ WorkPtr host_allgather(HostTransport& t, const Tensors& outputs, const Tensor& i
   });
 }
 
-WorkPtr host_reduce_scatter(HostTransport& t, const Tensor& output, const Tensors& inputs,
-                            ReduceOp op) {
+WorkPtr HostProcessGroup::do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) {
+  HostTransport& t = transport();
+  t.check_count("reduce_scatter", output.numel(), output);
   Staged out = stage(output, false);
   auto ins = stage_all(inputs, true);
   return t.submit("reduce_scatter", {output}, [&t, out, ins, op] {
@@ -114,7 +126,9 @@ WorkPtr host_reduce_scatter(HostTransport& t, const Tensor& output, const Tensor
   });
 }
 
-WorkPtr host_all_to_all(HostTransport& t, const Tensor& output, const Tensor& input) {
+WorkPtr HostProcessGroup::do_all_to_all(const Tensor& output, const Tensor& input) {
+  HostTransport& t = transport();
+  t.check_count("all_to_all", int64_t(input.nbytes()) / size(), input);
   Staged in = stage(input, true);
   // The same tensor in and out: in place (and one host copy when staged).
   const bool in_place = output.data_ptr() == input.data_ptr();
@@ -127,8 +141,9 @@ WorkPtr host_all_to_all(HostTransport& t, const Tensor& output, const Tensor& in
   });
 }
 
-WorkPtr host_barrier(HostTransport& t) {
+WorkPtr HostProcessGroup::do_barrier() {
+  HostTransport& t = transport();
   return t.submit("barrier", {}, [&t] { t.barrier(); });
 }
 
-}  // namespace ddp::dist::detail
+}  // namespace ddp::dist

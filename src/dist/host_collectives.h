@@ -6,10 +6,12 @@
 // tensors (Note [Host staging]), queue a task on the group's worker (Note
 // [One worker per group]), and there pack same-dtype tensors into one wire
 // buffer (Note [Half precision on the wire]), call the library, divide for
-// avg, unpack, and copy CUDA results back (unstage). The functions below run
-// that sequence; a backend supplies only the library calls, as a
-// HostTransport whose methods run on its worker and move raw host buffers.
-// So staging, packing, aliasing and in-place rules live in one place.
+// avg, unpack, and copy CUDA results back (unstage). HostProcessGroup
+// (include/ddp/dist/host_process_group.h, host_collectives.cpp) runs that
+// sequence for every collective; a backend derives from it and supplies only
+// the library calls, as a HostTransport whose methods run on its worker and
+// move raw host buffers. So staging, packing, aliasing and in-place rules
+// live in one place.
 
 #include <cstddef>
 #include <cstdint>
@@ -27,6 +29,9 @@ class HostTransport {
   // Queues fn on the worker; its Work completes when fn returns (fn's
   // exception fails it). result: the tensors that hold the result.
   virtual WorkPtr submit(const char* op, Tensors result, std::function<void()> fn) = 0;
+  // On the caller's thread, before staging: refuse a per-rank count (bytes
+  // or elements, whatever the library counts) it cannot pass (MPI's ints).
+  virtual void check_count(const char* op, int64_t count, const Tensor& t) {}
 
   // ---- on the worker; buffers are host memory ----------------------------
   // In place on n elements of a wire dtype (f32, f64, i32, i64, u8): an
@@ -49,13 +54,6 @@ class HostTransport {
   virtual void barrier() = 0;
 };
 
-WorkPtr host_allreduce(HostTransport& t, const Tensors& tensors, ReduceOp op);
-WorkPtr host_reduce(HostTransport& t, const Tensors& tensors, int root, ReduceOp op);
-WorkPtr host_broadcast(HostTransport& t, const Tensors& tensors, int root);
-WorkPtr host_allgather(HostTransport& t, const Tensors& outputs, const Tensor& input);
-WorkPtr host_reduce_scatter(HostTransport& t, const Tensor& output, const Tensors& inputs,
-                            ReduceOp op);
-WorkPtr host_all_to_all(HostTransport& t, const Tensor& output, const Tensor& input);
-WorkPtr host_barrier(HostTransport& t);
+// The collectives themselves are HostProcessGroup's (host_process_group.h).
 
 }  // namespace ddp::dist::detail

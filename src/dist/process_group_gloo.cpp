@@ -318,7 +318,7 @@ struct ProcessGroupGloo::Impl final : HostTransport {
 };
 
 ProcessGroupGloo::ProcessGroupGloo(int rank, int size, std::unique_ptr<Impl> impl)
-    : ProcessGroup(rank, size), impl_(std::move(impl)) {
+    : HostProcessGroup(rank, size), impl_(std::move(impl)) {
   impl_->queue = std::make_unique<WorkQueue>("gloo", rank);
   impl_->queue->start();
 }
@@ -381,34 +381,8 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   impl_->ctx.reset();
 }
 
-BackendCaps ProcessGroupGloo::caps() const { return BackendCaps::host_backend(); }
-
 // The collectives: Note [Host collective sequence].
-WorkPtr ProcessGroupGloo::do_allreduce(Tensors& tensors, ReduceOp op) {
-  return host_allreduce(*impl_, tensors, op);
-}
-
-WorkPtr ProcessGroupGloo::do_reduce(Tensors& tensors, int root, ReduceOp op) {
-  return host_reduce(*impl_, tensors, root, op);
-}
-
-WorkPtr ProcessGroupGloo::do_broadcast(Tensors& tensors, int root) {
-  return host_broadcast(*impl_, tensors, root);
-}
-
-WorkPtr ProcessGroupGloo::do_allgather(Tensors& outputs, const Tensor& input) {
-  return host_allgather(*impl_, outputs, input);
-}
-
-WorkPtr ProcessGroupGloo::do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) {
-  return host_reduce_scatter(*impl_, output, inputs, op);
-}
-
-WorkPtr ProcessGroupGloo::do_all_to_all(const Tensor& output, const Tensor& input) {
-  return host_all_to_all(*impl_, output, input);
-}
-
-WorkPtr ProcessGroupGloo::do_barrier() { return host_barrier(*impl_); }
+HostTransport& ProcessGroupGloo::transport() { return *impl_; }
 
 // ---- point to point ----------------------------------------------------------
 //

@@ -145,6 +145,14 @@ constexpr int64_t kMaxChunk = int64_t(1) << 30;
 
 }  // namespace
 
+// Per-rank byte counts of allgather, reduce_scatter, all_to_all and p2p are
+// MPI ints.
+static void check_int_count(const char* op, int rank, int64_t count, const Tensor& t) {
+  DDP_CHECK(count <= INT_MAX, "{} (mpi rank {}): {} is too large for one MPI message ({} > {})", op,
+            rank, t.describe(), count, INT_MAX);
+}
+
+// The collectives: Note [Host collective sequence].
 struct ProcessGroupMPI::Impl final : HostTransport {
   // Point-to-point requests posted by the worker, tested by it until they
   // finish (Note [MPI progress]).
@@ -255,7 +263,11 @@ struct ProcessGroupMPI::Impl final : HostTransport {
                              MPI_BYTE, root, comm));
   }
 
-  // Counts fit an int: checked by do_allgather (check_int_count).
+  void check_count(const char* op, int64_t count, const Tensor& t) override {
+    check_int_count(op, rank, count, t);
+  }
+
+  // Counts fit an int: checked before staging (check_count).
   void allgather(const char* op, const void* in, void* out, size_t n) override {
     DDP_MPI_CALL(op, rank,
                  MPI_Allgather(in ? in : MPI_IN_PLACE, int(n), MPI_BYTE, out, int(n), MPI_BYTE,
@@ -278,7 +290,7 @@ struct ProcessGroupMPI::Impl final : HostTransport {
 };
 
 ProcessGroupMPI::ProcessGroupMPI(int rank, int size, std::unique_ptr<Impl> impl)
-    : ProcessGroup(rank, size), impl_(std::move(impl)) {
+    : HostProcessGroup(rank, size), impl_(std::move(impl)) {
   impl_->start();
 }
 
@@ -334,44 +346,7 @@ ProcessGroupMPI::~ProcessGroupMPI() {
   --g.live_groups;
 }
 
-BackendCaps ProcessGroupMPI::caps() const { return BackendCaps::host_backend(); }
-
-// Per-rank byte counts of allgather, reduce_scatter, all_to_all and p2p are
-// MPI ints.
-static void check_int_count(const char* op, int rank, int64_t count, const Tensor& t) {
-  DDP_CHECK(count <= INT_MAX, "{} (mpi rank {}): {} is too large for one MPI message ({} > {})", op,
-            rank, t.describe(), count, INT_MAX);
-}
-
-// The collectives: Note [Host collective sequence].
-WorkPtr ProcessGroupMPI::do_allreduce(Tensors& tensors, ReduceOp op) {
-  return host_allreduce(*impl_, tensors, op);
-}
-
-WorkPtr ProcessGroupMPI::do_reduce(Tensors& tensors, int root, ReduceOp op) {
-  return host_reduce(*impl_, tensors, root, op);
-}
-
-WorkPtr ProcessGroupMPI::do_broadcast(Tensors& tensors, int root) {
-  return host_broadcast(*impl_, tensors, root);
-}
-
-WorkPtr ProcessGroupMPI::do_allgather(Tensors& outputs, const Tensor& input) {
-  check_int_count("allgather", rank(), int64_t(input.nbytes()), input);
-  return host_allgather(*impl_, outputs, input);
-}
-
-WorkPtr ProcessGroupMPI::do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) {
-  check_int_count("reduce_scatter", rank(), output.numel(), output);
-  return host_reduce_scatter(*impl_, output, inputs, op);
-}
-
-WorkPtr ProcessGroupMPI::do_all_to_all(const Tensor& output, const Tensor& input) {
-  check_int_count("all_to_all", rank(), int64_t(input.nbytes()) / size(), input);
-  return host_all_to_all(*impl_, output, input);
-}
-
-WorkPtr ProcessGroupMPI::do_barrier() { return host_barrier(*impl_); }
+HostTransport& ProcessGroupMPI::transport() { return *impl_; }
 
 // Point to point: non-blocking requests that the worker tests, see Note [MPI progress].
 WorkPtr ProcessGroupMPI::do_send(const Tensor& tensor, int dst, int tag) {
