@@ -54,11 +54,15 @@ Stats stats_of(std::vector<double> v) {
   return {v[v.size() / 2], v.front(), v.back()};
 }
 
-// The slowest rank's value: a step is as slow as its slowest rank.
-double max_over_ranks(ddp::dist::ProcessGroup& g, double v) {
-  Tensor t = Tensor::full({1}, v, ddp::TensorOptions(ddp::DType::f64));
+// The slowest rank's value: a step is as slow as its slowest rank. On the
+// host when the group takes host tensors (the default cpu:gloo,cuda:nccl
+// group routes it to gloo), else on `device` (a bare nccl group).
+double max_over_ranks(ddp::dist::ProcessGroup& g, double v, ddp::Device device) {
+  Tensor t = Tensor::full({1}, v,
+                          ddp::TensorOptions(ddp::DType::f64)
+                              .device(ddp::dist::control_device(g, device)));
   g.allreduce({t}, ddp::dist::ReduceOp::max)->wait(g.timeout());
-  return t.item<double>();
+  return t.cpu().item<double>();
 }
 
 // Note [Interleaved timing]
@@ -77,7 +81,7 @@ std::vector<std::vector<double>> time_interleaved(const Options& o, ddp::dist::P
       auto start = Clock::now();
       modes[m]();
       sync_device(o.device);
-      t[m].push_back(max_over_ranks(g, seconds(Clock::now() - start)));
+      t[m].push_back(max_over_ranks(g, seconds(Clock::now() - start), o.device));
     }
   return t;
 }
@@ -208,7 +212,7 @@ int run(const Options& o) {
   // DDP step.
   auto timeline = ddp_model->reducer().last_timeline();
   Clock::time_point trace_start = bw_start_ddp, trace_end = bw_end_ddp;
-  const double tail_wait = max_over_ranks(*group, stats_of(tail_waits).median);
+  const double tail_wait = max_over_ranks(*group, stats_of(tail_waits).median, o.device);
   const double hidden_timeline =
       ar_t.median > 0 ? std::clamp(1.0 - tail_wait / ar_t.median, 0.0, 1.0) : 1.0;
   // See Note [Interleaved timing]: differences are taken within each round.

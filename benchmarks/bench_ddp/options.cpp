@@ -13,7 +13,7 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: bench_ddp [options]
   --model NAME            resnet20 | resnet50 | gpt-tiny | gpt2 (default resnet20)
-  --backend NAME          mpi | gloo | nccl (default: init_process_group's choice)
+  --backend NAME          mpi | gloo | nccl | cpu:gloo,cuda:nccl ... (default: init_process_group's choice)
   --device cpu|cuda       where the model runs (default cpu; cuda uses the local rank's GPU)
   --batch-size N          samples per rank (default 8)
   --image-size N          resnet input side (default 32 for resnet20, 224 for resnet50)

@@ -1,55 +1,38 @@
 // init_process_group: launch environment -> device -> store -> process group.
 //
 // Note [Choosing the backend]
-// As in torch: nccl for CUDA devices, gloo for the CPU. Two refinements:
-// under mpirun without MASTER_ADDR there is no address for a store, so a CPU
-// job takes the mpi backend (MPI brings its own rendezvous); and a build
-// without a backend falls back to the next one that can take the device
-// (CUDA tensors are staged through host memory by gloo and mpi). nccl shares
-// its unique id through the store, or through MPI under mpirun. An explicit
-// backend is never replaced: asking for one this build lacks is an error.
+// As in torch: a rank that computes on a GPU gets "cpu:gloo,cuda:nccl" (a
+// RoutingProcessGroup, Note [Routing by device]: nccl for CUDA tensors, gloo
+// for the CPU tensors of DDP's bookkeeping, over one store); a CPU rank gets
+// gloo. For each device type the registry's backends (Note [Backend
+// registry]) that take it and can run in this launch are ranked: native CUDA
+// backends first for CUDA tensors, then by preference (gloo before mpi).
+// Under mpirun without MASTER_ADDR there is no address for a store, so gloo
+// cannot run and mpi takes the CPU tensors (MPI brings its own rendezvous;
+// nccl then shares its unique id through it). When one backend wins every
+// device type, the group is that backend itself. An explicit backend
+// ("nccl", "gloo", "mpi", "cpu:gloo,cuda:nccl") is never replaced: asking for
+// one this build lacks, or that cannot run here, is an error.
 
 #include "ddp/dist/init.h"
 
 #include <algorithm>
+#include <map>
 
-#include "ddp/config.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
+#include "ddp/dist/backend_registry.h"
+#include "ddp/dist/routing_process_group.h"
 #include "ddp/dist/tcp_store.h"
 #include "ddp/tensor/cuda.h"
-#if DDP_HAVE_GLOO
-#include "ddp/dist/process_group_gloo.h"
-#endif
-#if DDP_HAVE_MPI
-#include "ddp/dist/process_group_mpi.h"
-#endif
-#if DDP_HAVE_NCCL
-#include "ddp/dist/process_group_nccl.h"
-#endif
 
 namespace ddp::dist {
 
-std::vector<std::string> available_backends() {
-  std::vector<std::string> out;
-#if DDP_HAVE_GLOO
-  out.push_back("gloo");
-#endif
-#if DDP_HAVE_MPI
-  out.push_back("mpi");
-#endif
-#if DDP_HAVE_NCCL
-  out.push_back("nccl");
-#endif
-  return out;
-}
+std::vector<std::string> available_backends() { return registered_backends(); }
 
 namespace {
 
-bool has_backend(const std::string& b) {
-  auto all = available_backends();
-  return std::find(all.begin(), all.end(), b) != all.end();
-}
+const char* type_name(DeviceType t) { return t == DeviceType::CUDA ? "cuda" : "cpu"; }
 
 std::string backends_list() {
   std::string s;
@@ -102,40 +85,6 @@ Device resolve_device(const InitOptions& o, const LaunchEnv& env) {
   return d;
 }
 
-std::string resolve_backend(const InitOptions& o, const LaunchEnv& env, const Device& device) {
-  if (!o.backend.empty()) {
-    DDP_CHECK(o.backend == "nccl" || o.backend == "gloo" || o.backend == "mpi",
-              "init_process_group: unknown backend '{}' (expected nccl, gloo or mpi)", o.backend);
-    DDP_CHECK(has_backend(o.backend),
-              "init_process_group: this libddp was built without the {} backend (it has: {})",
-              o.backend, backends_list());
-    DDP_CHECK_T(DeviceError, o.backend != "nccl" || device.is_cuda(),
-                "init_process_group: the nccl backend needs a CUDA device, the device is {}",
-                device.str());
-    return o.backend;
-  }
-  // Note [Choosing the backend]
-  const bool have_store = store_possible(o, env);
-  const bool mpi_world = env.launcher == "mpirun" && has_backend("mpi");
-  std::vector<std::string> order;
-  if (device.is_cuda()) order.push_back("nccl");
-  if (env.launcher == "mpirun" && !have_store) order.push_back("mpi");
-  order.push_back("gloo");
-  order.push_back("mpi");
-  for (const std::string& b : order) {
-    if (!has_backend(b)) continue;
-    if (b == "mpi" && env.launcher != "mpirun") continue;  // MPI needs mpirun's world
-    if (b == "gloo" && !have_store) continue;
-    if (b == "nccl" && !have_store && !mpi_world) continue;  // no way to share the id
-    return b;
-  }
-  DDP_THROW(ValueError,
-            "init_process_group: no backend fits: device {}, launcher {}, MASTER_ADDR {}; this "
-            "libddp has: {} (gloo and nccl need MASTER_ADDR/MASTER_PORT, mpi needs mpirun)",
-            device.str(), env.launcher, env.master_addr.empty() ? "unset" : env.master_addr,
-            backends_list());
-}
-
 std::shared_ptr<Store> make_store(const InitOptions& o, const LaunchEnv& env) {
   if (o.store) {
     if (o.timeout.count() > 0) o.store->set_timeout(o.timeout);
@@ -160,6 +109,121 @@ std::shared_ptr<Store> make_store(const InitOptions& o, const LaunchEnv& env) {
   return std::make_shared<TCPStore>(so);
 }
 
+// Which backend takes each device type, in device-type order.
+using BackendPlan = std::map<DeviceType, std::string>;
+
+const BackendInfo& registered(const std::string& name) {
+  const BackendInfo* info = find_backend(name);
+  DDP_CHECK(info != nullptr,
+            "init_process_group: this libddp has no backend '{}' (it has: {})", name,
+            backends_list());
+  return *info;
+}
+
+// "nccl" -> every device type nccl takes; "cpu:gloo,cuda:nccl" -> as written.
+BackendPlan parse_backend(const std::string& spec) {
+  BackendPlan plan;
+  if (spec.find(':') == std::string::npos) {
+    const BackendInfo& info = registered(spec);
+    for (DeviceType t : info.devices) plan[t] = spec;
+    return plan;
+  }
+  size_t at = 0;
+  while (at <= spec.size()) {
+    size_t comma = std::min(spec.find(',', at), spec.size());
+    std::string item = spec.substr(at, comma - at);
+    size_t colon = item.find(':');
+    DDP_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < item.size(),
+              "init_process_group: bad backend '{}': '{}' is not DEVICE:BACKEND (expected e.g. "
+              "\"cpu:gloo,cuda:nccl\")",
+              spec, item);
+    std::string dev = item.substr(0, colon), name = item.substr(colon + 1);
+    DDP_CHECK(dev == "cpu" || dev == "cuda",
+              "init_process_group: bad backend '{}': unknown device type '{}' (cpu or cuda)", spec,
+              dev);
+    DeviceType t = dev == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
+    DDP_CHECK(!plan.count(t), "init_process_group: bad backend '{}': {} is named twice", spec, dev);
+    DDP_CHECK_T(DeviceError, registered(name).takes(t),
+                "init_process_group: bad backend '{}': {} does not take {} tensors", spec, name,
+                dev);
+    plan[t] = name;
+    at = comma + 1;
+  }
+  return plan;
+}
+
+// See Note [Choosing the backend].
+BackendPlan default_plan(const BackendContext& ctx) {
+  std::vector<DeviceType> types = {DeviceType::CPU};
+  if (ctx.device.is_cuda()) types.push_back(DeviceType::CUDA);
+  BackendPlan plan;
+  for (DeviceType t : types) {
+    const BackendInfo* best = nullptr;
+    auto rank = [t](const BackendInfo& b) {
+      return std::make_pair(t == DeviceType::CUDA && b.native_cuda ? 0 : 1, b.preference);
+    };
+    for (const std::string& name : registered_backends()) {
+      const BackendInfo& b = *find_backend(name);
+      if (!b.takes(t) || !b.unusable(ctx).empty()) continue;
+      if (!best || rank(b) < rank(*best)) best = &b;
+    }
+    if (!best) {
+      std::string why;
+      for (const std::string& name : registered_backends())
+        why += fmt::format("; {}: {}", name,
+                           find_backend(name)->takes(t) ? find_backend(name)->unusable(ctx)
+                                                        : std::string("takes no ") + type_name(t) +
+                                                              " tensors");
+      DDP_THROW(ValueError,
+                "init_process_group: no backend fits {} tensors: device {}, launcher {}, "
+                "MASTER_ADDR {}; this libddp has: {}{}",
+                type_name(t), ctx.device.str(), ctx.env.launcher,
+                ctx.env.master_addr.empty() ? "unset" : ctx.env.master_addr, backends_list(), why);
+    }
+    plan[t] = best->name;
+  }
+  // One backend that takes everything asked of it serves alone, for every
+  // device type it takes (a CPU rank's gloo also stages CUDA tensors).
+  if (plan.size() == 1 || plan[DeviceType::CPU] == plan[DeviceType::CUDA]) {
+    const std::string only = plan.begin()->second;
+    plan.clear();
+    for (DeviceType t : find_backend(only)->devices) plan[t] = only;
+  }
+  return plan;
+}
+
+// "gloo" when one backend serves every device type it takes, else
+// "cpu:gloo,cuda:nccl".
+std::string describe(const BackendPlan& plan) {
+  std::string first = plan.begin()->second, s;
+  bool one = true;
+  for (const auto& [t, name] : plan) {
+    one = one && name == first;
+    s += fmt::format("{}{}:{}", s.empty() ? "" : ",", type_name(t), name);
+  }
+  return one && plan.size() == find_backend(first)->devices.size() ? first : s;
+}
+
+// Creates each backend once (CPU first: nccl may bootstrap through it) and
+// routes when more than one backend, or fewer device types than the backend
+// takes, are asked for.
+std::shared_ptr<ProcessGroup> make_group(const BackendPlan& plan, BackendContext ctx) {
+  std::map<std::string, std::shared_ptr<ProcessGroup>> made;
+  std::vector<RoutingProcessGroup::Route> routes;
+  for (const auto& [type, name] : plan) {
+    const BackendInfo& info = *find_backend(name);
+    if (!made.count(name)) {
+      const std::string why = info.unusable(ctx);
+      DDP_CHECK(why.empty(), "init_process_group: the {} backend cannot run here: {}", name, why);
+      made[name] = info.create(ctx);
+      if (type == DeviceType::CPU) ctx.host_group = made[name];
+    }
+    routes.emplace_back(type, made[name]);
+  }
+  if (made.size() == 1 && describe(plan) == plan.begin()->second) return made.begin()->second;
+  return std::make_shared<RoutingProcessGroup>(std::move(routes));
+}
+
 }  // namespace
 
 World init_process_group(const InitOptions& options) {
@@ -167,48 +231,26 @@ World init_process_group(const InitOptions& options) {
   World w;
   w.env = resolve_env(options);
   w.device = resolve_device(options, w.env);
-  const std::string backend = resolve_backend(options, w.env, w.device);
+  BackendContext ctx;
+  ctx.rank = w.env.rank;
+  ctx.size = w.env.world_size;
+  ctx.device = w.device;
+  ctx.env = w.env;
+  ctx.store_from_caller = options.store != nullptr;
+  ctx.timeout = options.timeout;
+  ctx.async_error_handling = options.async_error_handling;
+  BackendPlan plan;
+  if (!options.backend.empty()) plan = parse_backend(options.backend);  // errors before the store
+  if (store_possible(options, w.env)) ctx.store = make_store(options, w.env);
+  if (plan.empty()) plan = default_plan(ctx);
+  if (plan.count(DeviceType::CUDA) && !plan.count(DeviceType::CPU) && !w.device.is_cuda())
+    DDP_THROW(DeviceError, "init_process_group: the {} backend needs a CUDA device, the device is {}",
+              describe(plan), w.device.str());
   DDP_LOG_INFO("init_process_group: rank {} of {} (local {} of {}, {}), device {}, backend {}",
                w.env.rank, w.env.world_size, w.env.local_rank, w.env.local_world_size,
-               w.env.launcher, w.device.str(), backend);
-
-  if (backend == "mpi") {
-#if DDP_HAVE_MPI
-    DDP_CHECK(is_mpi_launch(), "init_process_group: the mpi backend needs a launch by mpirun");
-    auto pg = ProcessGroupMPI::create();
-    DDP_CHECK(pg->rank() == w.env.rank && pg->size() == w.env.world_size,
-              "init_process_group: MPI says rank {} of {}, the launch environment says {} of {}",
-              pg->rank(), pg->size(), w.env.rank, w.env.world_size);
-    if (!w.env.master_addr.empty() || options.store) w.store = make_store(options, w.env);
-    w.group = pg;
-#endif
-  } else if (backend == "gloo") {
-#if DDP_HAVE_GLOO
-    w.store = make_store(options, w.env);
-    GlooOptions go;
-    go.master_addr = w.env.master_addr;
-    go.timeout = options.timeout;
-    go.store_host_rank = options.store ? -1 : 0;
-    w.group = ProcessGroupGloo::create(w.store, w.env.rank, w.env.world_size, go);
-#endif
-  } else if (backend == "nccl") {
-#if DDP_HAVE_NCCL
-    ProcessGroupNCCLOptions no;
-    no.device = w.device.index;
-    if (options.timeout.count() > 0) no.timeout = options.timeout;
-    if (store_possible(options, w.env)) {
-      w.store = make_store(options, w.env);
-      w.group = ProcessGroupNCCL::create(*w.store, w.env.rank, w.env.world_size, no);
-    } else {
-#if DDP_HAVE_MPI
-      // mpirun without MASTER_ADDR: the unique id travels over MPI.
-      auto bootstrap = ProcessGroupMPI::create();
-      w.group = ProcessGroupNCCL::create(*bootstrap, no);
-#endif
-    }
-#endif
-  }
-  DDP_CHECK(w.group != nullptr, "init_process_group: backend {} is not in this build", backend);
+               w.env.launcher, w.device.str(), describe(plan));
+  w.group = make_group(plan, ctx);
+  w.store = ctx.store;
   if (options.timeout.count() > 0) w.group->set_timeout(options.timeout);
   return w;
 }

@@ -1,7 +1,7 @@
 #pragma once
 // Internal to the nccl backend: the group's state (ProcessGroupNCCL::Impl)
-// and its Work, shared by process_group_nccl_nccl.cpp (creation, the
-// collectives) and nccl_watchdog_nccl.cpp (completion, timeouts, abort).
+// and its Work, shared by process_group_nccl.cpp (creation, the
+// collectives) and watchdog_nccl.cpp (completion, timeouts, abort).
 // Needs the CUDA runtime and NCCL headers: included by *_nccl.cpp files only.
 
 #include <cuda_runtime.h>
@@ -41,8 +41,8 @@ std::exception_ptr make_error_ptr(const char* file, int line, const std::string&
 
 // The Work of one NCCL operation. Its end event is recorded on the group's
 // communication stream after the operation; see Note [NCCL stream ordering]
-// (process_group_nccl_nccl.cpp) for wait() and Note [NCCL watchdog]
-// (nccl_watchdog_nccl.cpp) for completion. Independent of the group, so a
+// (process_group_nccl.cpp) for wait() and Note [NCCL watchdog]
+// (watchdog_nccl.cpp) for completion. Independent of the group, so a
 // Work may outlive it.
 class WorkNCCL : public Work {
  public:
@@ -106,6 +106,7 @@ struct ProcessGroupNCCL::Impl {
   int device = 0;
   std::string name;
   bool blocking_wait = false;
+  AsyncErrorHandling async_error_handling = AsyncErrorHandling::raise;
   cuda::Stream stream;                // the communication stream (owned)
   cudaEvent_t start_event = nullptr;  // reused hand-over event: current stream -> comm stream
 
@@ -140,7 +141,7 @@ struct ProcessGroupNCCL::Impl {
   // the deadline (Note [NCCL non-blocking communicators]).
   void wait_ready(const std::string& context, NcclClock::time_point deadline);
 
-  // ---- nccl_watchdog_nccl.cpp ---------------------------------------------------
+  // ---- watchdog_nccl.cpp ---------------------------------------------------
   void start_watchdog();
   // Lets the watchdog finish the outstanding Works (each up to its timeout),
   // then joins it. Never throws.
@@ -157,6 +158,9 @@ struct ProcessGroupNCCL::Impl {
   // ncclCommDestroy, or ncclCommAbort when finalizing fails or takes longer
   // than min(timeout, 60 s). Never throws. See Note [NCCL shutdown].
   void free_communicator(std::chrono::milliseconds timeout);
+  // Ends the process after an abort when async_error_handling says so (Note
+  // [Async error handling]). Watchdog thread only.
+  void tear_down_if_asked();
 
  private:
   void watchdog_loop();

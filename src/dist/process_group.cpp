@@ -2,6 +2,7 @@
 
 #include "ddp/dist/process_group.h"
 
+#include "ddp/core/env.h"
 #include "ddp/core/error.h"
 #include "ddp/dist/store.h"
 
@@ -25,6 +26,19 @@ ReduceOp reduce_op_from_name(const std::string& name) {
   DDP_THROW(ValueError, "unknown reduce op '{}' (expected sum, avg, min, max or product)", name);
 }
 
+AsyncErrorHandling async_error_handling_from_env() {
+  const auto v = env_string("DDP_ASYNC_ERROR_HANDLING");
+  if (!v || v->empty() || *v == "0" || *v == "raise") return AsyncErrorHandling::raise;
+  if (*v == "1" || *v == "tear_down" || *v == "teardown") return AsyncErrorHandling::tear_down;
+  DDP_THROW(ValueError,
+            "environment variable DDP_ASYNC_ERROR_HANDLING='{}' must be 0 (raise) or 1 (tear_down)",
+            *v);
+}
+
+Device control_device(const ProcessGroup& group, const Device& compute) {
+  return group.caps().cpu_tensors ? Device::cpu() : compute;
+}
+
 ProcessGroup::ProcessGroup(int rank, int size)
     : rank_(rank), size_(size), timeout_(Store::default_timeout()) {
   DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroup: invalid rank {} for world size {}",
@@ -42,15 +56,18 @@ void ProcessGroup::check_tensor(const char* op, const Tensor& t) const {
             t.describe());
   DDP_CHECK_T(DTypeError, t.dtype() != DType::bool_, "{} ({} rank {}): bool tensors are not supported",
               op, backend_name(), rank_);
+  // The device is named twice on purpose: in the tensor's description and
+  // as the thing the group lacks (See Note [Routing by device]).
   if (t.is_cuda()) {
     BackendCaps c = caps();
     DDP_CHECK_T(DeviceError, c.cuda_tensors || c.stage_cuda_through_host,
-                "{} ({} rank {}): the backend does not take CUDA tensors ({})", op, backend_name(),
-                rank_, t.describe());
+                "{} ({} rank {}): the group has no backend for cuda tensors ({}); its backends: {}",
+                op, backend_name(), rank_, t.describe(), backend_name());
   } else {
     DDP_CHECK_T(DeviceError, caps().cpu_tensors,
-                "{} ({} rank {}): the backend needs CUDA tensors, got {}", op, backend_name(), rank_,
-                t.describe());
+                "{} ({} rank {}): the backend needs CUDA tensors, got {} (the group has no backend "
+                "for cpu tensors; its backends: {})",
+                op, backend_name(), rank_, t.describe(), backend_name());
   }
 }
 

@@ -42,6 +42,8 @@
 
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
+#include "ddp/dist/backend_registry.h"
+#include "host_collectives.h"
 #include "host_staging.h"
 #include "work_queue.h"
 
@@ -143,7 +145,15 @@ constexpr int64_t kMaxChunk = int64_t(1) << 30;
 
 }  // namespace
 
-struct ProcessGroupMPI::Impl {
+// Per-rank byte counts of allgather, reduce_scatter, all_to_all and p2p are
+// MPI ints.
+static void check_int_count(const char* op, int rank, int64_t count, const Tensor& t) {
+  DDP_CHECK(count <= INT_MAX, "{} (mpi rank {}): {} is too large for one MPI message ({} > {})", op,
+            rank, t.describe(), count, INT_MAX);
+}
+
+// The collectives: Note [Host collective sequence].
+struct ProcessGroupMPI::Impl final : HostTransport {
   // Point-to-point requests posted by the worker, tested by it until they
   // finish (Note [MPI progress]).
   struct Pending {
@@ -169,8 +179,14 @@ struct ProcessGroupMPI::Impl {
                   }});
   }
 
-  WorkPtr submit(const std::string& op, Tensors result, std::function<bool()> run) {
-    return queue->submit(op, std::move(result), std::move(run));
+  int transport_rank() const override { return rank; }
+  int transport_size() const override { return size; }
+
+  WorkPtr submit(const char* op, Tensors result, std::function<void()> run) override {
+    return queue->submit(op, std::move(result), [run = std::move(run)] {
+      run();
+      return true;
+    });
   }
 
   // post() starts a non-blocking request on the worker; the worker completes
@@ -221,36 +237,60 @@ struct ProcessGroupMPI::Impl {
 
   // ---- the operations, run on the worker ------------------------------------
 
-  // Reduces groups of same-dtype tensors in place, coalesced into one buffer
-  // per dtype (no copy for a single tensor of an MPI-native dtype). root < 0:
-  // allreduce; else reduce to root.
-  void reduce_coalesced(const char* op, std::vector<Staged>& ts, ReduceOp rop, int root) {
-    const bool result_here = root < 0 || root == rank;
-    for (WireGroup& g : pack_by_dtype(ts)) {
-      if (g.numel == 0) continue;
-      MPI_Datatype type = mpi_type(g.wire);
-      size_t esize = element_size(g.wire);
-      for (int64_t off = 0; off < g.numel; off += kMaxChunk) {
-        int n = int(std::min(kMaxChunk, g.numel - off));
-        auto* p = static_cast<std::byte*>(g.data) + off * esize;
-        if (root < 0)
-          DDP_MPI_CALL(op, rank, MPI_Allreduce(MPI_IN_PLACE, p, n, type, mpi_op(rop), comm));
-        else if (root == rank)
-          DDP_MPI_CALL(op, rank, MPI_Reduce(MPI_IN_PLACE, p, n, type, mpi_op(rop), root, comm));
-        else
-          DDP_MPI_CALL(op, rank, MPI_Reduce(p, nullptr, n, type, mpi_op(rop), root, comm));
-      }
-      if (!result_here) continue;  // non-root buffers are unspecified after reduce
-      if (rop == ReduceOp::avg) divide(g.wire, g.data, g.numel, size);
-      unpack(g, ts);
+  // ---- HostTransport (Note [Host collective sequence]) ----------------------
+  // Elementwise calls are split into chunks of at most kMaxChunk elements.
+  void reduce(const char* op, DType wire, void* data, int64_t n, ReduceOp rop,
+              int root) override {
+    MPI_Datatype type = mpi_type(wire);
+    const size_t esize = element_size(wire);
+    for (int64_t off = 0; off < n; off += kMaxChunk) {
+      int c = int(std::min(kMaxChunk, n - off));
+      auto* p = static_cast<std::byte*>(data) + off * esize;
+      if (root < 0)
+        DDP_MPI_CALL(op, rank, MPI_Allreduce(MPI_IN_PLACE, p, c, type, mpi_op(rop), comm));
+      else if (root == rank)
+        DDP_MPI_CALL(op, rank, MPI_Reduce(MPI_IN_PLACE, p, c, type, mpi_op(rop), root, comm));
+      else
+        DDP_MPI_CALL(op, rank, MPI_Reduce(p, nullptr, c, type, mpi_op(rop), root, comm));
     }
-    if (result_here)
-      for (const Staged& s : ts) unstage(s);
   }
+
+  void broadcast(const char* op, void* data, size_t nbytes, int root) override {
+    const int64_t n = int64_t(nbytes);
+    for (int64_t off = 0; off < n; off += kMaxChunk)
+      DDP_MPI_CALL(op, rank,
+                   MPI_Bcast(static_cast<std::byte*>(data) + off, int(std::min(kMaxChunk, n - off)),
+                             MPI_BYTE, root, comm));
+  }
+
+  void check_count(const char* op, int64_t count, const Tensor& t) override {
+    check_int_count(op, rank, count, t);
+  }
+
+  // Counts fit an int: checked before staging (check_count).
+  void allgather(const char* op, const void* in, void* out, size_t n) override {
+    DDP_MPI_CALL(op, rank,
+                 MPI_Allgather(in ? in : MPI_IN_PLACE, int(n), MPI_BYTE, out, int(n), MPI_BYTE,
+                               comm));
+  }
+
+  void reduce_scatter(const char* op, DType wire, void* in, bool, void* out, int64_t n,
+                      ReduceOp rop) override {
+    DDP_MPI_CALL(op, rank,
+                 MPI_Reduce_scatter_block(in, out, int(n), mpi_type(wire), mpi_op(rop), comm));
+  }
+
+  void all_to_all(const char* op, const void* in, void* out, size_t chunk) override {
+    const int c = int(chunk);
+    DDP_MPI_CALL(op, rank,
+                 MPI_Alltoall(in ? in : MPI_IN_PLACE, c, MPI_BYTE, out, c, MPI_BYTE, comm));
+  }
+
+  void barrier() override { DDP_MPI_CALL("barrier", rank, MPI_Barrier(comm)); }
 };
 
 ProcessGroupMPI::ProcessGroupMPI(int rank, int size, std::unique_ptr<Impl> impl)
-    : ProcessGroup(rank, size), impl_(std::move(impl)) {
+    : HostProcessGroup(rank, size), impl_(std::move(impl)) {
   impl_->start();
 }
 
@@ -306,148 +346,7 @@ ProcessGroupMPI::~ProcessGroupMPI() {
   --g.live_groups;
 }
 
-BackendCaps ProcessGroupMPI::caps() const { return BackendCaps::host_backend(); }
-
-// Per-rank byte counts of allgather, reduce_scatter, all_to_all and p2p are
-// MPI ints.
-static void check_int_count(const char* op, int rank, int64_t count, const Tensor& t) {
-  DDP_CHECK(count <= INT_MAX, "{} (mpi rank {}): {} is too large for one MPI message ({} > {})", op,
-            rank, t.describe(), count, INT_MAX);
-}
-
-WorkPtr ProcessGroupMPI::do_allreduce(Tensors& tensors, ReduceOp op) {
-  auto staged = stage_all(tensors, true);
-  Impl* p = impl_.get();
-  return p->submit("allreduce", tensors, [p, staged, op]() mutable {
-    p->reduce_coalesced("allreduce", staged, op, -1);
-    return true;
-  });
-}
-
-WorkPtr ProcessGroupMPI::do_reduce(Tensors& tensors, int root, ReduceOp op) {
-  auto staged = stage_all(tensors, true);
-  Impl* p = impl_.get();
-  return p->submit("reduce", tensors, [p, staged, op, root]() mutable {
-    p->reduce_coalesced("reduce", staged, op, root);
-    return true;
-  });
-}
-
-// One MPI_Bcast per tensor, in place: broadcast needs no arithmetic, so
-// packing several tensors would only add copies.
-WorkPtr ProcessGroupMPI::do_broadcast(Tensors& tensors, int root) {
-  auto staged = stage_all(tensors, rank() == root);
-  Impl* p = impl_.get();
-  return p->submit("broadcast", tensors, [p, staged, root] {
-    for (const Staged& s : staged) {
-      int64_t n = int64_t(s.host.nbytes());
-      for (int64_t off = 0; off < n; off += kMaxChunk)
-        DDP_MPI_CALL("broadcast", p->rank,
-                     MPI_Bcast(bytes(s.host) + off, int(std::min(kMaxChunk, n - off)), MPI_BYTE,
-                               root, p->comm));
-    }
-    if (p->rank != root)
-      for (const Staged& s : staged) unstage(s);
-    return true;
-  });
-}
-
-WorkPtr ProcessGroupMPI::do_allgather(Tensors& outputs, const Tensor& input) {
-  check_int_count("allgather", rank(), int64_t(input.nbytes()), input);
-  Staged in = stage(input, true);
-  auto outs = stage_all(outputs, false);
-  Impl* p = impl_.get();
-  return p->submit("allgather", outputs, [p, in, outs] {
-    int n = int(in.host.nbytes());
-    if (n == 0) return true;
-    // Straight into the outputs when they are one buffer (a chunked view).
-    bool direct = consecutive(outs);
-    std::unique_ptr<std::byte[]> owned;
-    std::byte* recv = direct ? bytes(outs[0].host) : nullptr;
-    if (!direct) {
-      owned = std::make_unique_for_overwrite<std::byte[]>(size_t(n) * outs.size());
-      recv = owned.get();
-    }
-    // The input already in its slot of the outputs: MPI forbids aliased
-    // buffers, and MPI_IN_PLACE says the same thing legally.
-    const void* send = bytes(in.host);
-    if (direct && bytes(in.host) == recv + size_t(p->rank) * size_t(n)) send = MPI_IN_PLACE;
-    DDP_MPI_CALL("allgather", p->rank,
-                 MPI_Allgather(send, n, MPI_BYTE, recv, n, MPI_BYTE, p->comm));
-    for (size_t r = 0; r < outs.size(); ++r) {
-      if (!direct) std::memcpy(bytes(outs[r].host), recv + r * size_t(n), size_t(n));
-      unstage(outs[r]);
-    }
-    return true;
-  });
-}
-
-WorkPtr ProcessGroupMPI::do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) {
-  check_int_count("reduce_scatter", rank(), output.numel(), output);
-  Staged out = stage(output, false);
-  auto ins = stage_all(inputs, true);
-  Impl* p = impl_.get();
-  return p->submit("reduce_scatter", {output}, [p, out, ins, op] {
-    int64_t n = out.host.numel();
-    if (n == 0) return true;
-    DType d = out.host.dtype(), wire = wire_dtype(d);
-    size_t esize = element_size(wire);
-    bool native = wire == d;
-    std::unique_ptr<std::byte[]> send_owned, recv_owned;
-    std::byte* send = nullptr;
-    // Inputs back to back are the send buffer as they are, unless the output
-    // lies inside them (MPI forbids aliased send and receive buffers).
-    std::byte* out_at = bytes(out.host);
-    std::byte* in_at = bytes(ins[0].host);
-    bool aliased = out_at + n * esize > in_at && out_at < in_at + ins.size() * size_t(n) * esize;
-    if (native && consecutive(ins) && !aliased) {
-      send = bytes(ins[0].host);
-    } else {
-      send_owned = std::make_unique_for_overwrite<std::byte[]>(size_t(n) * esize * ins.size());
-      send = send_owned.get();
-      for (size_t r = 0; r < ins.size(); ++r)
-        to_wire(d, ins[r].host.data_ptr(), send + r * size_t(n) * esize, n);
-    }
-    std::byte* recv = bytes(out.host);
-    if (!native) {
-      recv_owned = std::make_unique_for_overwrite<std::byte[]>(size_t(n) * esize);
-      recv = recv_owned.get();
-    }
-    DDP_MPI_CALL("reduce_scatter", p->rank,
-                 MPI_Reduce_scatter_block(send, recv, int(n), mpi_type(wire), mpi_op(op), p->comm));
-    if (op == ReduceOp::avg) divide(wire, recv, n, p->size);
-    if (!native) from_wire(d, recv, out.host.data_ptr(), n);
-    unstage(out);
-    return true;
-  });
-}
-
-WorkPtr ProcessGroupMPI::do_all_to_all(const Tensor& output, const Tensor& input) {
-  int64_t chunk = int64_t(input.nbytes()) / size();
-  check_int_count("all_to_all", rank(), chunk, input);
-  Staged in = stage(input, true);
-  // The same tensor in and out: MPI_IN_PLACE (and one host copy when staged).
-  bool in_place = output.data_ptr() == input.data_ptr();
-  Staged out = in_place ? in : stage(output, false);
-  Impl* p = impl_.get();
-  return p->submit("all_to_all", {output}, [p, in, out, in_place, chunk] {
-    if (chunk == 0) return true;
-    int c = int(chunk);
-    const void* send = in_place ? MPI_IN_PLACE : static_cast<const void*>(bytes(in.host));
-    DDP_MPI_CALL("all_to_all", p->rank,
-                 MPI_Alltoall(send, c, MPI_BYTE, bytes(out.host), c, MPI_BYTE, p->comm));
-    unstage(out);
-    return true;
-  });
-}
-
-WorkPtr ProcessGroupMPI::do_barrier() {
-  Impl* p = impl_.get();
-  return p->submit("barrier", {}, [p] {
-    DDP_MPI_CALL("barrier", p->rank, MPI_Barrier(p->comm));
-    return true;
-  });
-}
+HostTransport& ProcessGroupMPI::transport() { return *impl_; }
 
 // Point to point: non-blocking requests that the worker tests, see Note [MPI progress].
 WorkPtr ProcessGroupMPI::do_send(const Tensor& tensor, int dst, int tag) {
@@ -490,4 +389,33 @@ WorkPtr ProcessGroupMPI::do_recv(const Tensor& tensor, int src, int tag) {
   });
 }
 
+}  // namespace ddp::dist
+
+// ---- registration (Note [Backend registry]) -------------------------------------
+
+namespace ddp::dist {
+namespace {
+
+const BackendRegistration kMpiBackend{BackendInfo{
+    .name = "mpi",
+    .devices = {DeviceType::CPU, DeviceType::CUDA},  // CUDA staged (Note [Host staging])
+    .native_cuda = false,
+    .preference = 20,
+    .unusable =
+        [](const BackendContext& ctx) -> std::string {
+          if (is_mpi_launch()) return "";
+          return "it needs a launch by mpirun (MPI brings its own world)";
+        },
+    .create =
+        [](const BackendContext& ctx) -> std::shared_ptr<ProcessGroup> {
+          auto pg = ProcessGroupMPI::create();
+          DDP_CHECK(pg->rank() == ctx.rank && pg->size() == ctx.size,
+                    "init_process_group: MPI says rank {} of {}, the launch environment says {} "
+                    "of {}",
+                    pg->rank(), pg->size(), ctx.rank, ctx.size);
+          return pg;
+        },
+}};
+
+}  // namespace
 }  // namespace ddp::dist

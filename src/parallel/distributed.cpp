@@ -82,18 +82,26 @@ void DistributedDataParallelBase::verify_same_model_on_all_ranks() {
   std::vector<std::string> mine = describe_parameters(module_base_->named_parameters());
   std::string blob = join_lines(mine);
 
-  Tensor my_len = Tensor::from_vector(std::vector<int64_t>{int64_t(blob.size())}, {1});
+  // Host data, on whatever device the group takes it (a bare nccl group: the
+  // model's GPU), read back through cpu().
+  const Device on = control_device(*group_, model_device());
+  Tensor my_len = Tensor::from_vector(std::vector<int64_t>{int64_t(blob.size())}, {1}).to(on);
   Tensors lens;
-  for (int r = 0; r < n; ++r) lens.push_back(Tensor::empty({1}, DType::i64));
+  for (int r = 0; r < n; ++r)
+    lens.push_back(Tensor::empty({1}, TensorOptions(DType::i64).device(on)));
   group_->allgather(lens, my_len)->wait(group_->timeout());
+  for (Tensor& l : lens) l = l.cpu();
   int64_t longest = 0;
   for (const Tensor& l : lens) longest = std::max(longest, l.item<int64_t>());
 
   Tensor padded = Tensor::zeros({longest}, DType::u8);
   if (!blob.empty()) std::memcpy(padded.data<uint8_t>(), blob.data(), blob.size());
+  padded = padded.to(on);
   Tensors blobs;
-  for (int r = 0; r < n; ++r) blobs.push_back(Tensor::empty({longest}, DType::u8));
+  for (int r = 0; r < n; ++r)
+    blobs.push_back(Tensor::empty({longest}, TensorOptions(DType::u8).device(on)));
   group_->allgather(blobs, padded)->wait(group_->timeout());
+  for (Tensor& b : blobs) b = b.cpu();
 
   std::vector<std::vector<std::string>> all;
   for (int r = 0; r < n; ++r) {
@@ -115,6 +123,11 @@ void DistributedDataParallelBase::verify_same_model_on_all_ranks() {
         "rank 0): rank 0 has {}{}. Every rank must build the same model.",
         k, all[0].size(), at(0), theirs));
   }
+}
+
+Device DistributedDataParallelBase::model_device() const {
+  for (const Tensor& p : module_base_->parameters()) return p.device();
+  return Device::cpu();
 }
 
 void DistributedDataParallelBase::broadcast_from_rank0(const Tensors& tensors) {

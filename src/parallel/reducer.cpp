@@ -355,12 +355,41 @@ void Reducer::finalize_backward() {
         group_->rank(), missing.size(), list_names(names_, missing));
     return;
   }
+  // Note [Bucket errors]
+  // A bucket whose collective failed holds whatever the failure left in it
+  // (a partial sum, a half-received buffer), and its .grad views point into
+  // it: an optimizer step would consume that. So every bucket is waited (none
+  // may stay in flight on our buffers), each Work is also asked for an error
+  // that wait() did not raise (nccl's wait() only orders streams, but a
+  // failure its watchdog has seen is already recorded; Note [Async error
+  // handling]), and on any failure every parameter's .grad is cleared (an
+  // optimizer skips a parameter without a gradient, as in a single process)
+  // before the first error is raised from backward. The next backward fills
+  // the buckets afresh.
+  std::exception_ptr failure;
+  int failed_bucket = -1;
   for (auto& b : buckets_) {
-    b->work.work->wait(group_->timeout());
+    try {
+      b->work.work->wait(group_->timeout());
+      if (auto e = b->work.work->exception()) std::rethrow_exception(e);
+      if (!failure && b->work.finish) b->work.finish();
+    } catch (...) {
+      if (!failure) {
+        failure = std::current_exception();
+        failed_bucket = b->timing.index;
+      }
+    }
     b->launched = false;
-    if (b->work.finish) b->work.finish();
     b->timing.done = b->work.work->completed_at();
     b->work = BucketWork{};
+  }
+  if (failure) {
+    discard_gradients();
+    DDP_LOG_ERROR(
+        "DistributedDataParallel (rank {}): the communication of bucket {} failed; the gradients "
+        "of this backward were discarded (every .grad cleared)",
+        group_->rank(), failed_bucket);
+    std::rethrow_exception(failure);
   }
   timeline_.clear();
   for (const auto& b : buckets_) timeline_.push_back(b->timing);
@@ -368,13 +397,25 @@ void Reducer::finalize_backward() {
   if (!rebuilt_ && options_.rebuild_buckets) rebuild_due_ = true;
 }
 
+// See Note [Bucket errors].
+void Reducer::discard_gradients() {
+  NoGradGuard no_grad;
+  for (Tensor& p : params_) p.set_grad(Tensor());
+}
+
+// Tensors of host data for a control collective. See Note [Routing by device].
+Tensor Reducer::control_tensor(const Tensor& host) const {
+  const Device compute = params_.empty() ? Device::cpu() : params_.front().device();
+  return host.to(dist::control_device(*group_, compute));
+}
+
 // Note [Unused parameters]: a parameter no rank used keeps an undefined
 // .grad; one that some rank used gets the averaged bucket view.
 void Reducer::reduce_used_flags() {
   std::vector<float> flags(used_.begin(), used_.end());
-  Tensor t = Tensor::from_vector(flags, {int64_t(flags.size())});
+  Tensor t = control_tensor(Tensor::from_vector(flags, {int64_t(flags.size())}));
   group_->allreduce({t}, dist::ReduceOp::sum)->wait(group_->timeout());
-  std::vector<float> global = t.to_vector<float>();
+  std::vector<float> global = t.cpu().to_vector<float>();
   for (size_t i = 0; i < params_.size(); ++i) {
     if (global[i] == 0 || params_[i].grad().defined()) continue;
     const Locator& at = locate_[i];
@@ -393,9 +434,9 @@ void Reducer::rebuild_from_rank0_order() {
   }
   for (size_t i = params_.size(); i-- > 0;)  // never ready: reverse registration order
     if (!listed[i]) order.push_back(int64_t(i));
-  Tensor t = Tensor::from_vector(order, {int64_t(order.size())});
+  Tensor t = control_tensor(Tensor::from_vector(order, {int64_t(order.size())}));
   group_->broadcast({t}, 0)->wait(group_->timeout());
-  std::vector<int64_t> rank0 = t.to_vector<int64_t>();
+  std::vector<int64_t> rank0 = t.cpu().to_vector<int64_t>();
   std::vector<size_t> new_order;
   std::vector<char> seen(params_.size(), 0);
   for (int64_t v : rank0) {

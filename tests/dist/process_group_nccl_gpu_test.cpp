@@ -381,6 +381,33 @@ TEST_F(NcclTest, BadInputNamesTheOp) {
   EXPECT_EQ(values(gpu), std::vector<double>(4, 1.0));
 }
 
+// Note [NCCL out of memory]: running out of device memory for a temporary
+// (here the copy an in-place all_to_all sends from) raises OutOfMemoryError
+// and leaves the communicator usable. The GPU is filled with 256 MiB blocks
+// until it is full, two are freed, and the victim takes 384 MiB of those 512:
+// the 384 MiB temporary no longer fits.
+TEST_F(NcclTest, OutOfMemoryWhileQueueingKeepsTheGroup) {
+  warm_up(*pg_);
+  const int64_t block = int64_t(256) << 20;
+  std::vector<Tensor> hold;
+  try {
+    for (int i = 0; i < 4096; ++i)
+      hold.push_back(Tensor::empty({block}, TensorOptions(DType::u8).device(kGpu)));
+  } catch (const OutOfMemoryError&) {
+  }
+  ASSERT_GE(hold.size(), 2u) << "too little GPU memory for the test";
+  hold.pop_back();
+  hold.pop_back();
+  Tensor victim = Tensor::zeros({int64_t(384) << 20}, TensorOptions(DType::u8).device(kGpu));
+  EXPECT_THROW(pg_->all_to_all(victim, victim), OutOfMemoryError);
+  EXPECT_FALSE(pg_->is_aborted());
+  hold.clear();
+  victim = Tensor();
+  Tensor ones = on_gpu(std::vector<double>(4, 1.0), DType::f32);
+  pg_->allreduce({ones})->wait();
+  EXPECT_EQ(values(ones), std::vector<double>(4, 1.0));  // the group still works
+}
+
 // Note [NCCL watchdog]: an operation that outlives the timeout fails with
 // TimeoutError naming it, the rank and the time, together with everything
 // else outstanding, and the group refuses further work. The collective is

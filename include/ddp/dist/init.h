@@ -10,7 +10,9 @@
 // GPU from its local rank, makes the rendezvous store (rank 0 hosts a
 // TCPStore at MASTER_ADDR:MASTER_PORT; the others connect to it) and creates
 // the process group, choosing the backend from the device unless told
-// (Note [Choosing the backend] in src/dist/init.cpp).
+// (Note [Choosing the backend] in src/dist/init.cpp): on a GPU a group that
+// sends CUDA tensors to nccl and CPU tensors to gloo (Note [Routing by
+// device] in routing_process_group.h), on the CPU gloo.
 //
 // Every option left at its default is taken from the environment; an option
 // that is set wins over the environment.
@@ -28,7 +30,10 @@
 namespace ddp::dist {
 
 struct InitOptions {
-  // "nccl", "gloo", "mpi", or empty for the default of the device.
+  // A backend of this build ("nccl", "gloo", "mpi"; see available_backends())
+  // for every device type it takes, or one per device type as in torch:
+  // "cpu:gloo,cuda:nccl". Empty: the default of the device (Note [Choosing
+  // the backend]).
   std::string backend;
   // The device this rank computes on. Unset: cuda:<local_rank % GPUs> when a
   // GPU is usable (and made current), else the CPU.
@@ -44,6 +49,9 @@ struct InitOptions {
   // Timeout of the store and of every collective. Zero: the defaults (the
   // store's 300 s / DDP_STORE_TIMEOUT_S; NCCL's 10 min / DDP_NCCL_TIMEOUT_S).
   std::chrono::milliseconds timeout{0};
+  // What nccl does when a collective fails on the GPU (AsyncErrorHandling in
+  // process_group.h). Unset: DDP_ASYNC_ERROR_HANDLING, else raise.
+  std::optional<AsyncErrorHandling> async_error_handling;
 };
 
 // What init_process_group made. The group is not a process-wide default:
@@ -57,13 +65,15 @@ struct World {
   int size() const { return group->size(); }
 };
 
-// Raises ValueError for an unknown or unavailable backend (naming the ones
-// this build has), a backend that cannot take the device, or a launch that
+// Raises ValueError for an unknown or unavailable backend or a malformed
+// backend string (naming the backends this build has), DeviceError for a
+// backend that cannot take the device (nccl on a CPU rank), or a launch that
 // lacks what the backend needs (gloo and nccl need a store: MASTER_ADDR and
 // MASTER_PORT); TimeoutError when a rank never arrives.
 World init_process_group(const InitOptions& options = {});
 
-// The backends this build of libddp has, e.g. {"gloo", "mpi", "nccl"}.
+// The backends this build of libddp has, e.g. {"gloo", "mpi", "nccl"}
+// (registered_backends() of Note [Backend registry]).
 std::vector<std::string> available_backends();
 
 }  // namespace ddp::dist

@@ -23,6 +23,20 @@ namespace ddp::dist {
 
 enum class ReduceOp { sum, avg, min, max, product };
 const char* reduce_op_name(ReduceOp op);
+
+// What a backend whose collectives fail asynchronously (nccl: on the GPU,
+// noticed by its watchdog) does about it. See Note [Async error handling]
+// in src/dist/watchdog_nccl.cpp.
+//  raise:     fail every outstanding Work, abort the communicator; every
+//             later collective of the group raises (the default).
+//  tear_down: the same, then log the error and end the process
+//             (std::abort), so that no rank steps an optimizer or writes a
+//             checkpoint on what an aborted collective left in its tensors,
+//             and the launcher (ddprun, torchrun, mpirun) sees the failure.
+enum class AsyncErrorHandling { raise = 0, tear_down = 1 };
+// DDP_ASYNC_ERROR_HANDLING: "0"/"raise" or "1"/"tear_down"; unset or empty:
+// raise. ValueError naming the variable for anything else.
+AsyncErrorHandling async_error_handling_from_env();
 ReduceOp reduce_op_from_name(const std::string& name);  // "sum", "avg", ...; ValueError otherwise
 
 // What a backend can do, consulted by the argument checks.
@@ -44,6 +58,15 @@ struct BackendCaps {
   }
 };
 
+class ProcessGroup;
+
+// Where to put a small tensor of host data (flags, lengths, an order) for a
+// collective on `group`: the CPU when the group takes CPU tensors (gloo, mpi,
+// a RoutingProcessGroup with a CPU backend), else `compute` (a group that is
+// only nccl). Control collectives call this instead of asking which backend
+// takes which tensors (Note [Routing by device]).
+Device control_device(const ProcessGroup& group, const Device& compute);
+
 class ProcessGroup {
  public:
   ProcessGroup(int rank, int size);
@@ -56,7 +79,8 @@ class ProcessGroup {
   virtual std::string backend_name() const = 0;
   virtual BackendCaps caps() const { return {}; }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  // Virtual so that a group of groups (RoutingProcessGroup) passes it on.
+  virtual void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
 
   // In place on every tensor (several tensors are coalesced into one
   // operation). avg divides by size() and needs floating tensors.

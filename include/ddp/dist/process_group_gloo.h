@@ -21,7 +21,7 @@
 #include <memory>
 #include <string>
 
-#include "ddp/dist/process_group.h"
+#include "ddp/dist/host_process_group.h"
 #include "ddp/dist/store.h"
 
 namespace ddp::dist {
@@ -50,7 +50,7 @@ struct GlooOptions {
   std::chrono::milliseconds roll_call_grace{5000};
 };
 
-class ProcessGroupGloo : public ProcessGroup {
+class ProcessGroupGloo : public HostProcessGroup {
  public:
   // Connects to every other rank (a full mesh) through the store. Raises
   // TimeoutError naming the ranks that never arrived, GlooError when the
@@ -61,18 +61,11 @@ class ProcessGroupGloo : public ProcessGroup {
   ~ProcessGroupGloo() override;
 
   std::string backend_name() const override { return "gloo"; }
-  BackendCaps caps() const override;
 
   struct Impl;  // public only so that the .cpp's helpers can name it
 
  protected:
-  WorkPtr do_allreduce(Tensors& tensors, ReduceOp op) override;
-  WorkPtr do_broadcast(Tensors& tensors, int root) override;
-  WorkPtr do_reduce(Tensors& tensors, int root, ReduceOp op) override;
-  WorkPtr do_allgather(Tensors& outputs, const Tensor& input) override;
-  WorkPtr do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) override;
-  WorkPtr do_all_to_all(const Tensor& output, const Tensor& input) override;
-  WorkPtr do_barrier() override;
+  detail::HostTransport& transport() override;
   WorkPtr do_send(const Tensor& tensor, int dst, int tag) override;
   WorkPtr do_recv(const Tensor& tensor, int src, int tag) override;
 

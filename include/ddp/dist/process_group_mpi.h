@@ -15,7 +15,7 @@
 #include <memory>
 #include <string>
 
-#include "ddp/dist/process_group.h"
+#include "ddp/dist/host_process_group.h"
 
 namespace ddp::dist {
 
@@ -23,7 +23,7 @@ namespace ddp::dist {
 // OMPI_COMM_WORLD_SIZE), so create() will find a world to join.
 bool is_mpi_launch();
 
-class ProcessGroupMPI : public ProcessGroup {
+class ProcessGroupMPI : public HostProcessGroup {
  public:
   // Initialises MPI when nobody has yet (MPI_THREAD_MULTIPLE), duplicates
   // MPI_COMM_WORLD (so two groups never see each other's messages) and starts
@@ -37,18 +37,11 @@ class ProcessGroupMPI : public ProcessGroup {
   ~ProcessGroupMPI() override;
 
   std::string backend_name() const override { return "mpi"; }
-  BackendCaps caps() const override;
 
   struct Impl;  // public only so that the .cpp's helpers can name it
 
  protected:
-  WorkPtr do_allreduce(Tensors& tensors, ReduceOp op) override;
-  WorkPtr do_broadcast(Tensors& tensors, int root) override;
-  WorkPtr do_reduce(Tensors& tensors, int root, ReduceOp op) override;
-  WorkPtr do_allgather(Tensors& outputs, const Tensor& input) override;
-  WorkPtr do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) override;
-  WorkPtr do_all_to_all(const Tensor& output, const Tensor& input) override;
-  WorkPtr do_barrier() override;
+  detail::HostTransport& transport() override;
   WorkPtr do_send(const Tensor& tensor, int dst, int tag) override;
   WorkPtr do_recv(const Tensor& tensor, int src, int tag) override;
 

@@ -50,6 +50,10 @@ struct ProcessGroupNCCLOptions {
   // The communication stream gets the highest priority, so its kernels are
   // scheduled ahead of compute kernels queued at the same time.
   bool high_priority_stream = false;
+  // What the watchdog does after an asynchronous failure (a timeout or an
+  // NCCL error): see AsyncErrorHandling in process_group.h. Unset:
+  // DDP_ASYNC_ERROR_HANDLING, else raise.
+  std::optional<AsyncErrorHandling> async_error_handling;
   // Names the group in messages and as NCCL's commName; also part of the
   // store keys, so two jobs sharing a store stay apart.
   std::string name = "nccl";

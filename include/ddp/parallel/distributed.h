@@ -99,6 +99,8 @@ class DistributedDataParallelBase {
 
  private:
   void verify_same_model_on_all_ranks();
+  // The device of the first parameter (the CPU without parameters).
+  Device model_device() const;
   void broadcast_from_rank0(const Tensors& tensors);
 
   std::shared_ptr<nn::Module> module_base_;

@@ -18,7 +18,9 @@
 // i even if it was ready first. Collectives match by order, so every rank
 // must launch the same buckets in the same order, whatever the order in
 // which its own gradients arrived. At the end of backward (an autograd
-// callback) the reducer waits for every bucket in that order.
+// callback) the reducer waits for every bucket in that order; if any
+// bucket's communication failed, backward raises that error and every .grad
+// is cleared first (Note [Bucket errors] in reducer.cpp).
 //
 // Note [Rebuilding buckets]
 // Registration order is only a guess at gradient order. During the first
@@ -115,6 +117,8 @@ class Reducer {
   void launch_ready_buckets();
   void finalize_backward();
   void reduce_used_flags();
+  void discard_gradients();
+  Tensor control_tensor(const Tensor& host) const;
   void check_previous_iteration();
   void rebuild_from_rank0_order();
   std::vector<size_t> unready_params() const;

@@ -2,6 +2,7 @@
 // each rank contributed, for any backend:
 //   mpirun -np N pg_collectives_main --backend mpi
 //   ddprun --nproc-per-node N pg_collectives_main --backend gloo
+//   ddprun --nproc-per-node N pg_collectives_main --backend cpu:gloo   (routed)
 // The group comes from init_process_group, so this also tests that it reads
 // the launcher's environment. Every rank runs every test in the same order
 // (the collectives must match), only rank 0 prints gtest's report, other
@@ -20,6 +21,7 @@
 
 #include "ddp/config.h"
 #include "ddp/dist/init.h"
+#include "ddp/dist/routing_process_group.h"
 #include "ddp/tensor/cuda.h"
 #include "dist/multi_rank_main.h"
 #if DDP_HAVE_MPI
@@ -367,6 +369,8 @@ TEST(SendRecv, SizeMismatchFailsTheReceive) {
 // through host memory (ARCHITECTURE.md "Backends without a GPU").
 TEST(CudaStaging, AllreduceBroadcastAllgather) {
   if (!cuda::is_available()) GTEST_SKIP() << "no GPU: " << cuda::unavailable_reason();
+  if (!pg().caps().cuda_tensors && !pg().caps().stage_cuda_through_host)
+    GTEST_SKIP() << pg().backend_name() << " has no backend for CUDA tensors";
   const Device dev = Device::cuda(select_local_device(g_world.env, cuda::device_count()));
   const int r = pg().rank(), n = pg().size();
   for (DType d : {DType::f32, DType::bf16}) {
@@ -382,6 +386,31 @@ TEST(CudaStaging, AllreduceBroadcastAllgather) {
   for (int k = 0; k < n; ++k) outs.push_back(Tensor::zeros({7}, TensorOptions().device(dev)));
   pg().allgather(outs, make(DType::f32, 7, r, 6).to(dev))->wait(kWait);
   for (int k = 0; k < n; ++k) expect_equal(outs[size_t(k)].cpu(), make(DType::f32, 7, k, 6), "cuda allgather");
+}
+
+// ---- routing (Note [Routing by device]) ---------------------------------------------
+
+// With --backend cpu:gloo (or cpu:mpi) every test here ran through a
+// RoutingProcessGroup; this one checks that it really was one, and that a
+// CUDA tensor, which it has no backend for, is refused on every rank.
+TEST(Routing, CpuTensorsReachedTheCpuBackend) {
+  auto* routed = dynamic_cast<RoutingProcessGroup*>(&pg());
+  if (!routed) GTEST_SKIP() << "not a routing group: " << pg().backend_name();
+  ASSERT_NE(routed->backend(DeviceType::CPU), nullptr);
+  EXPECT_EQ(routed->backend(DeviceType::CPU)->backend_name(), backend());
+  EXPECT_EQ(pg().backend_name(), "cpu:" + backend());
+  Tensor t = Tensor::full({3}, double(pg().rank() + 1));
+  pg().allreduce({t}, ReduceOp::max)->wait(kWait);
+  EXPECT_EQ(t.to_vector<float>(), std::vector<float>(3, float(pg().size())));
+  if (!cuda::is_available()) return;  // no CUDA tensor to refuse
+  Tensor c = Tensor::ones({3}, TensorOptions().device(Device::cuda(0)));
+  try {
+    pg().allreduce({c});
+    ADD_FAILURE() << "a CUDA tensor was taken";
+  } catch (const DeviceError& e) {
+    EXPECT_NE(std::string(e.what()).find("no backend for cuda tensors"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("cpu:" + backend()), std::string::npos);
+  }
 }
 
 // ---- bad input: the same error on every rank, and nothing hangs afterwards ------
@@ -444,5 +473,8 @@ int main(int argc, char** argv) {
   // CUDA tensors are tested by their own cases.
   g_world = test::init_test_world(argc, argv);
   g_backend = g_world.group->backend_name();
+  // A routed group ("cpu:gloo"): the tests ask about its CPU backend.
+  if (auto* routed = dynamic_cast<RoutingProcessGroup*>(g_world.group.get()))
+    g_backend = routed->backend(DeviceType::CPU)->backend_name();
   return test::run_tests_on_every_rank(g_world, "pg_collectives_main");
 }

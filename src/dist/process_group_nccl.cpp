@@ -1,6 +1,6 @@
 // The "nccl" ProcessGroup backend: creation and the collectives. Built only
 // when NCCL is found (src/CMakeLists.txt). The watchdog, completion and
-// shutdown live in nccl_watchdog_nccl.cpp; the shared state in nccl_internal.h.
+// shutdown live in watchdog_nccl.cpp; the shared state in nccl_internal.h.
 //
 // Note [NCCL stream ordering]
 // Each group owns a communication stream on its device (non-blocking: it
@@ -109,11 +109,16 @@ struct Launch {
   NcclClock::time_point start;
   std::chrono::milliseconds timeout;
 
+  // Set once the communicator has been handed a call (Note [NCCL out of
+  // memory]).
+  bool touched_comm = false;
+
   ncclComm_t comm() const { return p.comm; }
   // After each NCCL call or group: on a non-blocking communicator the call
   // may still be in progress, and stream work queued after it must wait
   // until NCCL has put it on the stream (Note [NCCL non-blocking communicators]).
   void settle() {
+    touched_comm = true;
     auto deadline = timeout.count() > 0 ? start + timeout : NcclClock::time_point::max();
     p.wait_ready(ctx, deadline);
   }
@@ -133,7 +138,10 @@ struct Launch {
 // aborts the communicator anyway.
 class NcclGroup {
  public:
-  explicit NcclGroup(Launch& l) : l_(l) { DDP_NCCL_CHECK(l_.ctx, l_.comm(), ncclGroupStart()); }
+  explicit NcclGroup(Launch& l) : l_(l) {
+    l_.touched_comm = true;
+    DDP_NCCL_CHECK(l_.ctx, l_.comm(), ncclGroupStart());
+  }
   ~NcclGroup() {
     if (open_) (void)ncclGroupEnd();
   }
@@ -155,6 +163,16 @@ class NcclGroup {
 // watchdog. `used`: every tensor the operation reads or writes. A failure
 // while enqueuing aborts the group: peers may already be inside the
 // collective, and this rank's communicator state is unknown.
+//
+// Note [NCCL out of memory]
+// The exception is running out of device memory for a temporary (a packed
+// input, a gather buffer) before any NCCL call of the operation: NCCL never
+// saw it, the communicator is as good as before, so the OutOfMemoryError
+// reaches the caller and the group stays usable (free memory and call again;
+// the peers, already inside the collective, wait for this rank as for a slow
+// one, up to the timeout). Temporaries are therefore allocated before the
+// first NCCL call of every operation; Launch::touched_comm tells the two
+// cases apart.
 template <class Body>
 WorkPtr enqueue(ProcessGroupNCCL::Impl& p, std::chrono::milliseconds timeout, const char* op,
                 const Tensors& used, Tensors result, bool blocking, Body&& body) {
@@ -183,6 +201,14 @@ WorkPtr enqueue(ProcessGroupNCCL::Impl& p, std::chrono::milliseconds timeout, co
     }
     l.settle();
     DDP_CUDA_CHECK(cudaEventRecord(work->end_event(), l.stream));
+  } catch (const OutOfMemoryError& e) {
+    if (l.touched_comm) {
+      lk.unlock();
+      p.abort(false, fmt::format("{} failed while being enqueued: {}", l.ctx, e.what()));
+      throw;
+    }
+    --p.next_seq;  // never issued: the sequence numbers stay those of the peers
+    throw;
   } catch (const std::exception& e) {
     lk.unlock();
     p.abort(dynamic_cast<const TimeoutError*>(&e) != nullptr,
@@ -209,6 +235,7 @@ ProcessGroupNCCLOptions resolve(ProcessGroupNCCLOptions o, const char* what, int
   DDP_CHECK(o.timeout->count() >= 0, "{} (nccl rank {}): negative timeout {} ms", what, rank,
             o.timeout->count());
   if (!o.blocking_wait) o.blocking_wait = env_bool("DDP_NCCL_BLOCKING_WAIT", false);
+  if (!o.async_error_handling) o.async_error_handling = async_error_handling_from_env();
   if (o.device == -1) o.device = cuda::current_device();
   DDP_CHECK_T(DeviceError, o.device >= 0 && o.device < cuda::device_count(),
               "{} (nccl rank {}): device cuda:{} does not exist ({} device(s) present)", what, rank,
@@ -343,6 +370,7 @@ std::shared_ptr<ProcessGroupNCCL> ProcessGroupNCCL::create_with_id(int rank, int
   impl->device = options.device;
   impl->name = options.name;
   impl->blocking_wait = *options.blocking_wait;
+  impl->async_error_handling = *options.async_error_handling;
   const std::string ctx = fmt::format("ProcessGroupNCCL::create ({})", impl->who());
 
   CudaDeviceGuard on_device(impl->device);  // the communicator binds to the current device

@@ -52,10 +52,12 @@
 #include <mutex>
 
 #include "ddp/core/env.h"
+#include "ddp/dist/backend_registry.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "ddp/dist/prefix_store.h"
 #include "ddp/dist/tcp_store.h"
+#include "host_collectives.h"
 #include "host_staging.h"
 #include "net.h"
 #include "roll_call.h"
@@ -150,7 +152,7 @@ std::string bind_description(const gloo::transport::tcp::attr& a) {
 
 }  // namespace
 
-struct ProcessGroupGloo::Impl {
+struct ProcessGroupGloo::Impl final : HostTransport {
   int rank = 0;
   int size = 1;
   std::shared_ptr<dist::Store> store;  // the group's prefix store
@@ -202,8 +204,10 @@ struct ProcessGroupGloo::Impl {
   // Queues body on the worker. A Gloo exception (gloo::Exception,
   // gloo::EnforceNotMet, both std::exception) becomes the group's failure;
   // ddp::Error from our own checks passes through.
-  template <class F>
-  WorkPtr submit(const char* op, Tensors result, F body) {
+  int transport_rank() const override { return rank; }
+  int transport_size() const override { return size; }
+
+  WorkPtr submit(const char* op, Tensors result, std::function<void()> body) override {
     if (auto e = first_failure()) std::rethrow_exception(e);
     return queue->submit(op, std::move(result), [this, op, body = std::move(body)]() mutable {
       if (auto e = first_failure()) std::rethrow_exception(e);
@@ -220,8 +224,8 @@ struct ProcessGroupGloo::Impl {
 
   uint32_t tag() { return next_tag++; }
 
-  // In-place allreduce (root < 0) or reduce to root of one wire buffer.
-  void reduce_buffer(DType wire, void* data, int64_t n, ReduceOp op, int root) {
+  // ---- HostTransport (Note [Host collective sequence]) ----------------------
+  void reduce(const char*, DType wire, void* data, int64_t n, ReduceOp op, int root) override {
     if (n == 0 || !ctx) return;
     with_wire_type(wire, [&](auto zero) {
       using T = decltype(zero);
@@ -244,19 +248,7 @@ struct ProcessGroupGloo::Impl {
     });
   }
 
-  void reduce_coalesced(std::vector<Staged>& ts, ReduceOp op, int root) {
-    const bool result_here = root < 0 || root == rank;
-    for (WireGroup& g : pack_by_dtype(ts)) {
-      reduce_buffer(g.wire, g.data, g.numel, op, root);
-      if (!result_here) continue;  // non-root buffers are unspecified after reduce
-      if (op == ReduceOp::avg) divide(g.wire, g.data, g.numel, size);
-      unpack(g, ts);
-    }
-    if (result_here)
-      for (const Staged& s : ts) unstage(s);
-  }
-
-  void broadcast_bytes(void* data, size_t nbytes, int root) {
+  void broadcast(const char*, void* data, size_t nbytes, int root) override {
     if (nbytes == 0 || !ctx) return;
     gloo::BroadcastOptions o(ctx);
     o.setOutput(static_cast<uint8_t*>(data), nbytes);
@@ -265,10 +257,68 @@ struct ProcessGroupGloo::Impl {
     o.setTimeout(timeout);
     gloo::broadcast(o);
   }
+
+  void allgather(const char*, const void* in, void* out, size_t n) override {
+    if (!ctx) {
+      if (in) std::memcpy(out, in, n);
+      return;
+    }
+    gloo::AllgatherOptions o(ctx);
+    // No input when it already sits in its slot: Gloo then works in place.
+    if (in) o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)), n);
+    o.setOutput(static_cast<uint8_t*>(out), n * size_t(size));
+    o.setTag(tag());
+    o.setTimeout(timeout);
+    gloo::allgather(o);
+  }
+
+  // Gloo has no general reduce-scatter: allreduce every rank's inputs, packed
+  // as one wire buffer, and keep our chunk. It moves size() times the data of
+  // a true reduce-scatter, which is acceptable for a CPU test backend.
+  void reduce_scatter(const char* op, DType wire, void* in, bool in_is_scratch, void* out,
+                      int64_t n, ReduceOp rop) override {
+    const size_t chunk = size_t(n) * element_size(wire);
+    std::unique_ptr<std::byte[]> copy;
+    if (!in_is_scratch) {
+      copy = std::make_unique_for_overwrite<std::byte[]>(chunk * size_t(size));
+      std::memcpy(copy.get(), in, chunk * size_t(size));
+      in = copy.get();
+    }
+    reduce(op, wire, in, n * size, rop, -1);
+    std::memcpy(out, static_cast<std::byte*>(in) + size_t(rank) * chunk, chunk);
+  }
+
+  void all_to_all(const char*, const void* in, void* out, size_t chunk) override {
+    const size_t n = chunk * size_t(size);
+    if (!ctx) {
+      if (in) std::memcpy(out, in, n);
+      return;
+    }
+    std::unique_ptr<std::byte[]> copy;  // Gloo needs distinct buffers
+    if (!in) {
+      copy = std::make_unique_for_overwrite<std::byte[]>(n);
+      std::memcpy(copy.get(), out, n);
+      in = copy.get();
+    }
+    gloo::AlltoallOptions o(ctx);
+    o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)), n);
+    o.setOutput(static_cast<uint8_t*>(out), n);
+    o.setTag(tag());
+    o.setTimeout(timeout);
+    gloo::alltoall(o);
+  }
+
+  void barrier() override {
+    if (!ctx) return;
+    gloo::BarrierOptions o(ctx);
+    o.setTag(tag());
+    o.setTimeout(timeout);
+    gloo::barrier(o);
+  }
 };
 
 ProcessGroupGloo::ProcessGroupGloo(int rank, int size, std::unique_ptr<Impl> impl)
-    : ProcessGroup(rank, size), impl_(std::move(impl)) {
+    : HostProcessGroup(rank, size), impl_(std::move(impl)) {
   impl_->queue = std::make_unique<WorkQueue>("gloo", rank);
   impl_->queue->start();
 }
@@ -331,130 +381,8 @@ ProcessGroupGloo::~ProcessGroupGloo() {
   impl_->ctx.reset();
 }
 
-BackendCaps ProcessGroupGloo::caps() const { return BackendCaps::host_backend(); }
-
-WorkPtr ProcessGroupGloo::do_allreduce(Tensors& tensors, ReduceOp op) {
-  auto staged = stage_all(tensors, true);
-  Impl* p = impl_.get();
-  return p->submit("allreduce", tensors, [p, staged, op]() mutable {
-    p->reduce_coalesced(staged, op, -1);
-  });
-}
-
-WorkPtr ProcessGroupGloo::do_reduce(Tensors& tensors, int root, ReduceOp op) {
-  auto staged = stage_all(tensors, true);
-  Impl* p = impl_.get();
-  return p->submit("reduce", tensors, [p, staged, op, root]() mutable {
-    p->reduce_coalesced(staged, op, root);
-  });
-}
-
-WorkPtr ProcessGroupGloo::do_broadcast(Tensors& tensors, int root) {
-  auto staged = stage_all(tensors, rank() == root);
-  Impl* p = impl_.get();
-  return p->submit("broadcast", tensors, [p, staged, root] {
-    for (const Staged& s : staged) p->broadcast_bytes(s.host.data_ptr(), s.host.nbytes(), root);
-    if (p->rank != root)
-      for (const Staged& s : staged) unstage(s);
-  });
-}
-
-WorkPtr ProcessGroupGloo::do_allgather(Tensors& outputs, const Tensor& input) {
-  Staged in = stage(input, true);
-  auto outs = stage_all(outputs, false);
-  Impl* p = impl_.get();
-  return p->submit("allgather", outputs, [p, in, outs] {
-    const size_t n = in.host.nbytes();
-    if (n == 0) return;
-    if (!p->ctx) {
-      std::memcpy(bytes(outs[0].host), bytes(in.host), n);
-    } else {
-      // Straight into the outputs when they are one buffer (a chunked view).
-      bool direct = consecutive(outs);
-      std::unique_ptr<std::byte[]> owned;
-      std::byte* recv = direct ? bytes(outs[0].host) : nullptr;
-      if (!direct) {
-        owned = std::make_unique_for_overwrite<std::byte[]>(n * outs.size());
-        recv = owned.get();
-      }
-      gloo::AllgatherOptions o(p->ctx);
-      // No input when it already sits in its slot: Gloo then works in place.
-      if (bytes(in.host) != recv + size_t(p->rank) * n)
-        o.setInput(reinterpret_cast<uint8_t*>(bytes(in.host)), n);
-      o.setOutput(reinterpret_cast<uint8_t*>(recv), n * outs.size());
-      o.setTag(p->tag());
-      o.setTimeout(p->timeout);
-      gloo::allgather(o);
-      if (!direct)
-        for (size_t r = 0; r < outs.size(); ++r)
-          std::memcpy(bytes(outs[r].host), recv + r * n, n);
-    }
-    for (const Staged& s : outs) unstage(s);
-  });
-}
-
-// Gloo has no general reduce-scatter: allreduce every rank's inputs, packed
-// as one wire buffer, and keep our chunk. It moves size() times the data of
-// a true reduce-scatter, which is acceptable for a CPU test backend.
-WorkPtr ProcessGroupGloo::do_reduce_scatter(const Tensor& output, Tensors& inputs, ReduceOp op) {
-  Staged out = stage(output, false);
-  auto ins = stage_all(inputs, true);
-  Impl* p = impl_.get();
-  return p->submit("reduce_scatter", {output}, [p, out, ins, op] {
-    const int64_t n = out.host.numel();
-    if (n == 0) return;
-    const DType d = out.host.dtype(), wire = wire_dtype(d);
-    const size_t esize = element_size(wire);
-    auto buf = std::make_unique_for_overwrite<std::byte[]>(size_t(n) * esize * ins.size());
-    for (size_t r = 0; r < ins.size(); ++r)
-      to_wire(d, ins[r].host.data_ptr(), buf.get() + r * size_t(n) * esize, n);
-    p->reduce_buffer(wire, buf.get(), n * int64_t(ins.size()), op, -1);
-    std::byte* mine = buf.get() + size_t(p->rank) * size_t(n) * esize;
-    if (op == ReduceOp::avg) divide(wire, mine, n, p->size);
-    from_wire(d, mine, out.host.data_ptr(), n);
-    unstage(out);
-  });
-}
-
-WorkPtr ProcessGroupGloo::do_all_to_all(const Tensor& output, const Tensor& input) {
-  Staged in = stage(input, true);
-  const bool in_place = output.data_ptr() == input.data_ptr();
-  Staged out = in_place ? in : stage(output, false);
-  Impl* p = impl_.get();
-  return p->submit("all_to_all", {output}, [p, in, out, in_place] {
-    const size_t n = in.host.nbytes();
-    if (n == 0) return;
-    if (p->ctx) {
-      std::unique_ptr<std::byte[]> copy;  // Gloo needs distinct buffers
-      const std::byte* src = bytes(in.host);
-      if (in_place) {
-        copy = std::make_unique_for_overwrite<std::byte[]>(n);
-        std::memcpy(copy.get(), src, n);
-        src = copy.get();
-      }
-      gloo::AlltoallOptions o(p->ctx);
-      o.setInput(const_cast<uint8_t*>(reinterpret_cast<const uint8_t*>(src)), n);
-      o.setOutput(reinterpret_cast<uint8_t*>(bytes(out.host)), n);
-      o.setTag(p->tag());
-      o.setTimeout(p->timeout);
-      gloo::alltoall(o);
-    } else if (!in_place) {
-      std::memcpy(bytes(out.host), bytes(in.host), n);
-    }
-    unstage(out);
-  });
-}
-
-WorkPtr ProcessGroupGloo::do_barrier() {
-  Impl* p = impl_.get();
-  return p->submit("barrier", {}, [p] {
-    if (!p->ctx) return;
-    gloo::BarrierOptions o(p->ctx);
-    o.setTag(p->tag());
-    o.setTimeout(p->timeout);
-    gloo::barrier(o);
-  });
-}
+// The collectives: Note [Host collective sequence].
+HostTransport& ProcessGroupGloo::transport() { return *impl_; }
 
 // ---- point to point ----------------------------------------------------------
 //
@@ -538,4 +466,33 @@ WorkPtr ProcessGroupGloo::do_recv(const Tensor& tensor, int src, int tag) {
   return post_p2p(impl_.get(), "recv", tensor, src, tag, true);
 }
 
+}  // namespace ddp::dist
+
+// ---- registration (Note [Backend registry]) -------------------------------------
+
+namespace ddp::dist {
+namespace {
+
+const BackendRegistration kGlooBackend{BackendInfo{
+    .name = "gloo",
+    .devices = {DeviceType::CPU, DeviceType::CUDA},  // CUDA staged (Note [Host staging])
+    .native_cuda = false,
+    .preference = 10,
+    .unusable =
+        [](const BackendContext& ctx) -> std::string {
+          if (ctx.store) return "";
+          return "it needs a store: set MASTER_ADDR and MASTER_PORT (or pass master_addr/"
+                 "master_port or a store)";
+        },
+    .create =
+        [](const BackendContext& ctx) -> std::shared_ptr<ProcessGroup> {
+          GlooOptions go;
+          go.master_addr = ctx.env.master_addr;
+          go.timeout = ctx.timeout;
+          go.store_host_rank = ctx.store_from_caller ? -1 : 0;
+          return ProcessGroupGloo::create(ctx.store, ctx.rank, ctx.size, go);
+        },
+}};
+
+}  // namespace
 }  // namespace ddp::dist

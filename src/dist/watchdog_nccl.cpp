@@ -1,5 +1,5 @@
 // The nccl backend's watchdog, Work completion, abort and shutdown. Built
-// only when NCCL is found. See process_group_nccl_nccl.cpp for the rest.
+// only when NCCL is found. See process_group_nccl.cpp for the rest.
 //
 // Note [NCCL watchdog]
 // NCCL kernels wait on the GPU for their peers, so a dead, stuck or
@@ -40,10 +40,30 @@
 // at most another 60 s for ncclCommAbort: a destructor never hangs on another
 // rank. An aborted group has nothing left to free but that wait.
 
+//
+// Note [Async error handling]
+// NCCL fails on the GPU, long after the host queued the collective; Work::wait()
+// only orders the caller's stream and returns. Whatever a failed collective
+// left in its tensors would then be consumed by later kernels (the
+// optimizer step) and could reach a checkpoint. Two defences, as in torch:
+//  - the DDP engine checks every bucket's Work on the host at the end of
+//    backward and raises the first error it finds (Note [Bucket errors] in
+//    src/parallel/reducer.cpp), so a failure the watchdog has seen never
+//    lets a step through;
+//  - with AsyncErrorHandling::tear_down (DDP_ASYNC_ERROR_HANDLING=1, torch's
+//    TORCH_NCCL_ASYNC_ERROR_HANDLING=1) the watchdog, after failing the Works
+//    and starting the abort, waits up to 10 s for ncclCommAbort, logs what
+//    failed and ends the process with std::abort(): a rank whose
+//    communicator failed never hangs in a later host synchronisation nor
+//    steps on garbage, and its launcher tears the job down (ddprun can
+//    restart it from the last good checkpoint). The default, raise, leaves
+//    the process to the application: every later collective raises.
+
 #include <cuda_runtime.h>
 #include <nccl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <thread>
 
 #include "core/cuda_check.h"
@@ -228,6 +248,21 @@ void ProcessGroupNCCL::Impl::abort(bool timeout, const std::string& cause) {
   }
 }
 
+void ProcessGroupNCCL::Impl::tear_down_if_asked() {
+  if (async_error_handling != AsyncErrorHandling::tear_down || !aborted.load()) return;
+  std::string reason;
+  {
+    std::lock_guard<std::mutex> lk(comm_mu);
+    reason = abort_reason;
+  }
+  wait_for_abort(std::chrono::seconds(10));
+  DDP_LOG_ERROR(
+      "{}: a collective failed ({}); DDP_ASYNC_ERROR_HANDLING=1 (tear_down): ending the process "
+      "so that no step runs on what the aborted collective left behind",
+      who(), reason);
+  std::abort();
+}
+
 void ProcessGroupNCCL::Impl::wait_for_abort(std::chrono::milliseconds limit) {
   std::shared_ptr<AbortDone> done;
   {
@@ -352,6 +387,7 @@ void ProcessGroupNCCL::Impl::watchdog_loop() {
       }
     }
     works.clear();
+    tear_down_if_asked();  // Note [Async error handling]
     {
       std::lock_guard<std::mutex> lk(mu);
       std::erase_if(outstanding,

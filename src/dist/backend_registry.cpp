@@ -1,0 +1,64 @@
+// The backend registry. See Note [Backend registry] in backend_registry.h.
+
+#include "ddp/dist/backend_registry.h"
+
+#include <algorithm>
+#include <map>
+#include <mutex>
+
+#include "ddp/core/error.h"
+
+namespace ddp::dist {
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  // Entries are never removed, so pointers handed out stay valid.
+  std::map<std::string, std::unique_ptr<BackendInfo>> by_name;
+};
+
+// Created on first use, so registrations from other files' static
+// initialisers find it whatever their order; leaked, so a lookup during
+// static destruction is safe.
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+}  // namespace
+
+bool BackendInfo::takes(DeviceType t) const {
+  return std::find(devices.begin(), devices.end(), t) != devices.end();
+}
+
+void register_backend(BackendInfo info) {
+  DDP_CHECK_T(ValueError, !info.name.empty() && info.name.find_first_of(":,") == std::string::npos,
+              "register_backend: bad backend name '{}' (non-empty, without ':' or ',')", info.name);
+  DDP_CHECK_T(ValueError, !info.devices.empty() && info.create && info.unusable,
+              "register_backend: backend '{}' needs devices, an unusable test and a factory",
+              info.name);
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  DDP_CHECK_T(ValueError, !r.by_name.count(info.name),
+              "register_backend: a backend named '{}' is registered already", info.name);
+  std::string name = info.name;
+  r.by_name.emplace(std::move(name), std::make_unique<BackendInfo>(std::move(info)));
+}
+
+const BackendInfo* find_backend(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  auto it = r.by_name.find(name);
+  return it == r.by_name.end() ? nullptr : it->second.get();
+}
+
+std::vector<std::string> registered_backends() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lk(r.mu);
+  std::vector<std::string> out;
+  for (const auto& [name, info] : r.by_name) out.push_back(name);
+  return out;
+}
+
+}  // namespace ddp::dist
