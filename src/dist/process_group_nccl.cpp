@@ -36,6 +36,7 @@
 #include <thread>
 
 #include "core/cuda_check.h"
+#include "cuda/on_device.h"
 #include "ddp/core/env.h"
 #include "ddp/core/logging.h"
 #include "ddp/dist/process_group_nccl.h"
@@ -182,7 +183,7 @@ WorkPtr enqueue(ProcessGroupNCCL::Impl& p, std::chrono::milliseconds timeout, co
                 p.device);
   CudaDeviceGuard on_device(p.device);
   for (const Tensor& t : used) cuda::record_stream(t.storage().data(), p.stream);
-  auto caller = static_cast<cudaStream_t>(cuda::current_stream(p.device).handle());
+  auto caller = cuda_kernels::native(cuda::current_stream(p.device));
 
   std::unique_lock<std::mutex> lk(p.comm_mu);
   if (p.aborted.load())
@@ -190,7 +191,7 @@ WorkPtr enqueue(ProcessGroupNCCL::Impl& p, std::chrono::milliseconds timeout, co
               op, p.who(), p.abort_reason);
   auto work = std::make_shared<WorkNCCL>(op, p.next_seq++, p.rank, p.size, p.device,
                                          blocking || p.blocking_wait, timeout);
-  Launch l{p, static_cast<cudaStream_t>(p.stream.handle()), work->label(), NcclClock::now(),
+  Launch l{p, cuda_kernels::native(p.stream), work->label(), NcclClock::now(),
            timeout};
   try {
     DDP_CUDA_CHECK(cudaEventRecord(p.start_event, caller));
@@ -261,7 +262,7 @@ void WorkNCCL::wait(std::chrono::milliseconds timeout) {
   }
   {
     CudaDeviceGuard guard(device_);
-    auto current = static_cast<cudaStream_t>(cuda::current_stream(device_).handle());
+    auto current = cuda_kernels::native(cuda::current_stream(device_));
     DDP_CUDA_CHECK(cudaStreamWaitEvent(current, end_, 0));
   }
   if (blocking_) {

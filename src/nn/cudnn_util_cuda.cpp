@@ -22,6 +22,7 @@
 #include <utility>
 
 #include "core/cuda_check.h"
+#include "cuda/on_device.h"
 #include "nn/cudnn_dims.h"
 #include "ddp/tensor/cuda.h"
 #include "nn/cudnn_util.h"
@@ -50,7 +51,7 @@ struct ThreadHandles {
 
 }  // namespace
 
-cudaStream_t current_stream() { return static_cast<cudaStream_t>(cuda::current_stream().handle()); }
+cudaStream_t current_stream() { return cuda_kernels::native(cuda::current_stream()); }
 
 cudnnHandle_t handle() {
   int device = 0;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "cuda/on_device.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "core/format_bytes.h"
@@ -164,7 +165,7 @@ class DeviceAllocator {
       for (const cuda::Stream& s : b->uses) {
         CudaDeviceGuard guard(s.device());  // the legacy stream (nullptr) is the current device's
         auto ev = static_cast<cudaEvent_t>(acquire_cuda_event(s.device()));
-        cudaError_t err = cudaEventRecord(ev, static_cast<cudaStream_t>(s.handle()));
+        cudaError_t err = cudaEventRecord(ev, cuda_kernels::native(s));
         if (err != cudaSuccess) {
           release_cuda_event(s.device(), ev);
           DDP_CUDA_CHECK(err);
@@ -400,7 +401,7 @@ void check_device(int device, const char* what) {
 Storage cuda_allocate(size_t nbytes, int device) {
   check_device(device, "cuda_allocate");
   if (nbytes == 0) return Storage(nullptr, 0, Device::cuda(device), {});
-  auto stream = static_cast<cudaStream_t>(cuda::current_stream(device).handle());
+  auto stream = cuda_kernels::native(cuda::current_stream(device));
   DeviceAllocator* a = &allocator_for(device);
   Block* b = a->allocate(nbytes, stream);
   // b->ptr cannot change while b is in use, so reading it unlocked is safe.

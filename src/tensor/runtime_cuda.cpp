@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/cuda_check.h"
+#include "cuda/on_device.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "tensor/caching_allocator.h"
@@ -263,7 +264,7 @@ void Event::record(const Stream& s) {
     device_ = s.device();
   }
   DDP_CUDA_CHECK(
-      cudaEventRecord(static_cast<cudaEvent_t>(handle_), static_cast<cudaStream_t>(s.handle())));
+      cudaEventRecord(static_cast<cudaEvent_t>(handle_), cuda_kernels::native(s)));
 }
 
 // An event never recorded counts as complete (like cudaEventQuery on a fresh
@@ -272,7 +273,7 @@ void Event::wait(const Stream& s) const {
   if (!handle_) return;
   check_index(s.device(), "Event::wait");
   CudaDeviceGuard guard(s.device());
-  DDP_CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(s.handle()),
+  DDP_CUDA_CHECK(cudaStreamWaitEvent(cuda_kernels::native(s),
                                      static_cast<cudaEvent_t>(handle_), 0));
 }
 
