@@ -156,3 +156,21 @@ ddp_example_test(examples.train_gpt.single.sample_from_checkpoint
        --checkpoint-dir ${dir} --resume --max-steps 0 --sample 25 --top-k 1
   EXPECT_REGEX "resumed from step 3 .*sample .25 bytes, temperature 1, top-k 1, seed 0.:"
   JSON_EQUALS start_step=3 steps=3 sample_bytes=25)
+
+# ---- --init-from-hf: the tiny GPT-2 of tests/golden/make_hf_gpt2_golden.py ----
+# (Hugging Face's layout, vocabulary 256) loads into the matching custom
+# model, trains and samples; a model of another width is refused, naming
+# the first mismatched tensor and both shapes.
+set(_ddp_ex_hf ${CMAKE_SOURCE_DIR}/tests/golden/hf_gpt2/model.safetensors)
+ddp_example_test(examples.train_gpt.single.init_from_hf
+  LABELS unit ENV ${_ddp_ex_gloo_env}
+  CMD1 $<TARGET_FILE:train_gpt> --model custom --n-layer 2 --n-head 4 --n-embd 32 --block-size 16
+       --init-from-hf ${_ddp_ex_hf} --batch-size 4 --steps 2 --val-batches 1 --sample 12
+  EXPECT_REGEX "initialised from Hugging Face GPT-2 weights .*model.safetensors.*sample .12 bytes"
+  JSON_EQUALS steps=2 sample_bytes=12)
+ddp_example_test(examples.train_gpt.single.init_from_hf_wrong_config
+  LABELS unit ENV ${_ddp_ex_gloo_env}
+  CMD1 $<TARGET_FILE:train_gpt> --model custom --n-layer 2 --n-head 4 --n-embd 48 --block-size 16
+       --init-from-hf ${_ddp_ex_hf} --batch-size 4 --steps 2
+  EXPECT_RC 1
+  EXPECT_REGEX "tensor 'wte.weight' is .256, 32. in the file but .256, 48. in this GPT")

@@ -12,10 +12,10 @@ buffers attn.bias and attn.masked_bias, lm_head.weight equal to wte
     /usr/bin/python3 tests/golden/make_hf_gpt2_golden.py
 
 Outputs (committed; the tests never need PyTorch):
-  hf_gpt2/model.safetensors   the checkpoint (vocab 64, context 16,
+  hf_gpt2/model.safetensors   the checkpoint (vocab 256 = bytes, context 16,
                               2 layers, 4 heads, width 32)
   hf_gpt2.safetensors         "tokens" [2, 11] and the model's "logits"
-                              [2, 11, 64] (eval mode, f32)
+                              [2, 11, 256] (eval mode, f32)
 """
 import math
 import os
@@ -26,7 +26,7 @@ import torch.nn as nn
 from make_safetensors import write_safetensors
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-VOCAB, CONTEXT, LAYERS, HEADS, WIDTH = 64, 16, 2, 4, 32
+VOCAB, CONTEXT, LAYERS, HEADS, WIDTH = 256, 16, 2, 4, 32
 
 
 class Conv1D(nn.Module):

@@ -28,7 +28,7 @@ const std::string kCheckpoint = std::string(DDP_TEST_DATA_DIR) + "/golden/hf_gpt
 
 GPTConfig tiny_config() {  // the script's VOCAB, CONTEXT, LAYERS, HEADS, WIDTH
   GPTConfig c;
-  c.vocab_size = 64, c.block_size = 16, c.n_layer = 2, c.n_head = 4, c.n_embd = 32;
+  c.vocab_size = 256, c.block_size = 16, c.n_layer = 2, c.n_head = 4, c.n_embd = 32;
   return c;
 }
 
@@ -96,7 +96,7 @@ TEST(HfGpt2, WrongConfigNamesTheFirstMismatchedTensorAndBothShapes) {
   wide.n_embd = 48;
   GPT model(wide);
   EXPECT_DDP_ERROR(load_hf_gpt2(model, kCheckpoint), ShapeError,
-                   "tensor 'wte.weight' is [64, 32] in the file but [64, 48] in this GPT");
+                   "tensor 'wte.weight' is [256, 32] in the file but [256, 48] in this GPT");
   GPTConfig longer = tiny_config();
   longer.block_size = 32;
   GPT model2(longer);
