@@ -2,10 +2,9 @@
 // the members and writes every scalar; str() only lays out the one-line form.
 // See Note [nlohmann-json behind json.h].
 
-#include <nlohmann/json.hpp>
-
 #include <cmath>
 #include <cstdlib>
+#include <nlohmann/json.hpp>
 
 #include "ddp/core/error.h"
 #include "ddp/io/json.h"
@@ -50,7 +49,8 @@ std::string one_line(const Ordered& j) {
 [[noreturn]] void utf8_error(const std::exception& e) {
   const std::string what = e.what();
   const size_t at = what.find("index ");
-  const size_t index = at == std::string::npos ? 0 : std::strtoull(what.c_str() + at + 6, nullptr, 10);
+  const size_t index =
+      at == std::string::npos ? 0 : std::strtoull(what.c_str() + at + 6, nullptr, 10);
   const size_t colon = what.rfind(": ");
   DDP_THROW(ValueError, "json: at byte {} of a string: invalid UTF-8 ({})", index,
             colon == std::string::npos ? what : what.substr(colon + 2));

@@ -24,7 +24,8 @@ namespace {
 
 using namespace ddp::nn::models;
 
-const std::string kCheckpoint = std::string(DDP_TEST_DATA_DIR) + "/golden/hf_gpt2/model.safetensors";
+const std::string kCheckpoint =
+    std::string(DDP_TEST_DATA_DIR) + "/golden/hf_gpt2/model.safetensors";
 
 GPTConfig tiny_config() {  // the script's VOCAB, CONTEXT, LAYERS, HEADS, WIDTH
   GPTConfig c;

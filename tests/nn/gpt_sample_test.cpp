@@ -92,7 +92,8 @@ TEST(Sampling, GenerateIsSeededAndGreedyIsDeterministic) {
 
   // Greedy: each token is the argmax of the model's logits for the sequence so far.
   const auto greedy = generate(model, prompt, 3, {.top_k = 1, .seed = 1});
-  const auto greedy_other_seed = generate(model, prompt, 3, {.temperature = 3.0, .top_k = 1, .seed = 99});
+  const auto greedy_other_seed =
+      generate(model, prompt, 3, {.temperature = 3.0, .top_k = 1, .seed = 99});
   EXPECT_EQ(greedy, greedy_other_seed);
   model.eval();
   std::vector<int64_t> seq = prompt;
@@ -106,7 +107,8 @@ TEST(Sampling, GenerateIsSeededAndGreedyIsDeterministic) {
 }
 
 TEST(Sampling, RefusesBadOptions) {
-  EXPECT_DDP_ERROR(sampling_probabilities(kLogits, 0.0, 0), ValueError, "temperature must be a positive");
+  EXPECT_DDP_ERROR(sampling_probabilities(kLogits, 0.0, 0), ValueError,
+                   "temperature must be a positive");
   EXPECT_DDP_ERROR(sampling_probabilities(kLogits, -1.0, 0), ValueError, "got -1");
   EXPECT_DDP_ERROR(sampling_probabilities(kLogits, NAN, 0), ValueError, "temperature");
   EXPECT_DDP_ERROR(sampling_probabilities(kLogits, 1.0, -2), ValueError, "top_k must be >= 0");
@@ -114,7 +116,8 @@ TEST(Sampling, RefusesBadOptions) {
   c.vocab_size = 10, c.block_size = 4, c.n_layer = 1, c.n_head = 1, c.n_embd = 4;
   GPT model(c);
   EXPECT_DDP_ERROR(generate(model, {}, 3), ValueError, "at least one token");
-  EXPECT_DDP_ERROR(generate(model, {12}, 3), ValueError, "prompt token 12 is outside the vocabulary 10");
+  EXPECT_DDP_ERROR(generate(model, {12}, 3), ValueError,
+                   "prompt token 12 is outside the vocabulary 10");
   EXPECT_DDP_ERROR(generate(model, {1}, 3, {.temperature = -1}), ValueError, "temperature");
 }
 

@@ -1,8 +1,8 @@
 #include "command_line.h"
 
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -83,10 +83,11 @@ CommandLine::Option& CommandLine::add(const std::string& names, std::string help
   // (Note [CLI11 behind one class]).
   for (const std::string& name : o->names) {
     if (is_flag) {
-      app_->add_flag_callback(name, [o] {
-             o->set("");
-             o->given = true;
-           })
+      app_->add_flag_callback(name,
+                              [o] {
+                                o->set("");
+                                o->given = true;
+                              })
           ->disable_flag_override();
     } else {
       app_->add_option_function<std::string>(name,

@@ -61,7 +61,8 @@ void load_hf_gpt2(GPT& model, const std::string& path) {
     const std::string key = without_prefix(name);
     if (is_mask_buffer(key)) continue;
     DDP_CHECK(by_name.emplace(key, tensor).second,
-              "{}: tensor '{}' appears both with and without the 'transformer.' prefix", where, key);
+              "{}: tensor '{}' appears both with and without the 'transformer.' prefix", where,
+              key);
     file_order.push_back(key);
   }
 

@@ -59,8 +59,8 @@ std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, in
   const GPTConfig& c = model.config();
   DDP_CHECK(!prompt.empty(), "generate: the prompt needs at least one token");
   DDP_CHECK(n >= 0, "generate: cannot sample {} tokens", n);
-  const int64_t vocab = options.vocab_limit > 0 ? std::min(options.vocab_limit, c.vocab_size)
-                                                : c.vocab_size;
+  const int64_t vocab =
+      options.vocab_limit > 0 ? std::min(options.vocab_limit, c.vocab_size) : c.vocab_size;
   for (int64_t t : prompt)
     DDP_CHECK(t >= 0 && t < c.vocab_size, "generate: prompt token {} is outside the vocabulary {}",
               t, c.vocab_size);
