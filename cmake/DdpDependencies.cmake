@@ -1,10 +1,12 @@
-# Finds libddp's dependencies. Required: fmt, a CBLAS (OpenBLAS). Optional:
-# CUDA (+cuBLAS, cuDNN), NCCL, MPI, Gloo, oneDNN, zlib, GTest.
+# Finds libddp's dependencies. Required: fmt, a CBLAS (OpenBLAS), zlib (CRC-32
+# of checkpoints, gzip datasets), nlohmann-json. Optional: CUDA (+cuBLAS,
+# cuDNN), NCCL, MPI, Gloo, oneDNN, GTest.
 
 find_package(fmt REQUIRED)
 find_package(OpenBLAS REQUIRED)  # cmake/FindOpenBLAS.cmake
 find_package(Threads REQUIRED)
-find_package(ZLIB)
+find_package(ZLIB REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
 find_package(GTest)  # tests only
 find_package(DNNL)  # cmake/FindDNNL.cmake
 set(DDP_HAVE_DNNL ${DNNL_FOUND})

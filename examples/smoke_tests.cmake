@@ -113,7 +113,10 @@ set(_ddp_ex_bad_flags
   "gpt_custom_without_sizes|train_gpt|--model|custom|--model custom: needs --n-layer"
   "gpt_bad_number|train_gpt|--lr|fast|--lr: 'fast' is not a finite number"
   "gpt_indivisible_batch|train_gpt|--batch-size|3|--grad-accum|2|--batch-size: the global batch 3 is not divisible"
-  "gpt_heads|train_gpt|--n-embd|100|--n-head|3|--n-embd 100 is not divisible by --n-head 3")
+  "gpt_heads|train_gpt|--n-embd|100|--n-head|3|--n-embd 100 is not divisible by --n-head 3"
+  "gpt_top_k_zero|train_gpt|--sample|8|--top-k|0|--top-k: '0' is below the minimum 1"
+  "gpt_negative_temperature|train_gpt|--temperature|-1|--temperature: '-1' must be greater than 0"
+  "gpt_negative_sample|train_gpt|--sample|-3|--sample: '-3' is below the minimum 0")
 foreach(spec IN LISTS _ddp_ex_bad_flags)
   string(REPLACE "|" ";" parts "${spec}")
   list(POP_FRONT parts name program)
@@ -132,3 +135,42 @@ ddp_example_test(examples.train_gpt.single.resume_mismatch
   CMD2 $<TARGET_FILE:train_gpt> --block-size 32 --batch-size 8 --steps 2 --val-batches 1
        --checkpoint-dir ${dir} --resume
   EXPECT_RC 1 EXPECT_REGEX "--resume: the checkpoint in .* is for gpt-tiny with global batch 4, not gpt-tiny with global batch 8")
+
+# ---- text out: --sample after training, and from a checkpoint ---------------
+# Trains a few steps on the fortunes corpus and prints 40 sampled bytes; the
+# JSON line counts them. Then --resume --max-steps 0 samples from the saved
+# checkpoint without training.
+set(_ddp_ex_sample_args --block-size 32 --batch-size 4 --steps 3 --val-batches 1 --log-every 1
+                        --sample 40 --prompt "Q:" --temperature 0.8 --top-k 5)
+ddp_example_test(examples.train_gpt.single.sample
+  LABELS unit ENV ${_ddp_ex_gloo_env}
+  CMD1 $<TARGET_FILE:train_gpt> ${_ddp_ex_sample_args}
+  EXPECT_REGEX "sample .40 bytes, temperature 0.8, top-k 5, seed 0.:.Q:"
+  JSON_EQUALS steps=3 sample_bytes=40)
+set(dir ${_ddp_ex_work}/gpt_sample)
+ddp_example_test(examples.train_gpt.single.sample_from_checkpoint
+  LABELS unit ENV ${_ddp_ex_gloo_env} CLEAN_DIR ${dir}
+  CMD1 $<TARGET_FILE:train_gpt> --block-size 32 --batch-size 4 --steps 3 --val-batches 1
+       --checkpoint-dir ${dir}
+  CMD2 $<TARGET_FILE:train_gpt> --block-size 32 --batch-size 4 --steps 3 --val-batches 1
+       --checkpoint-dir ${dir} --resume --max-steps 0 --sample 25 --top-k 1
+  EXPECT_REGEX "resumed from step 3 .*sample .25 bytes, temperature 1, top-k 1, seed 0.:"
+  JSON_EQUALS start_step=3 steps=3 sample_bytes=25)
+
+# ---- --init-from-hf: the tiny GPT-2 of tests/golden/make_hf_gpt2_golden.py ----
+# (Hugging Face's layout, vocabulary 256) loads into the matching custom
+# model, trains and samples; a model of another width is refused, naming
+# the first mismatched tensor and both shapes.
+set(_ddp_ex_hf ${CMAKE_SOURCE_DIR}/tests/golden/hf_gpt2/model.safetensors)
+ddp_example_test(examples.train_gpt.single.init_from_hf
+  LABELS unit ENV ${_ddp_ex_gloo_env}
+  CMD1 $<TARGET_FILE:train_gpt> --model custom --n-layer 2 --n-head 4 --n-embd 32 --block-size 16
+       --init-from-hf ${_ddp_ex_hf} --batch-size 4 --steps 2 --val-batches 1 --sample 12
+  EXPECT_REGEX "initialised from Hugging Face GPT-2 weights .*model.safetensors.*sample .12 bytes"
+  JSON_EQUALS steps=2 sample_bytes=12)
+ddp_example_test(examples.train_gpt.single.init_from_hf_wrong_config
+  LABELS unit ENV ${_ddp_ex_gloo_env}
+  CMD1 $<TARGET_FILE:train_gpt> --model custom --n-layer 2 --n-head 4 --n-embd 48 --block-size 16
+       --init-from-hf ${_ddp_ex_hf} --batch-size 4 --steps 2
+  EXPECT_RC 1
+  EXPECT_REGEX "tensor 'wte.weight' is .256, 32. in the file but .256, 48. in this GPT")

@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include "ddp/io/json.h"
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -19,18 +21,6 @@ std::string time_str(double us) {
 // GB/s (10^9 bytes per second, as nccl-tests).
 double gbps(int64_t bytes, double seconds) {
   return bytes > 0 && seconds > 0 ? double(bytes) / seconds / 1e9 : 0.0;
-}
-
-// A JSON number; null for NaN/inf (JSON has neither).
-std::string jnum(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
-
-std::string jstr(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') out.push_back('\\');
-    out.push_back(c);
-  }
-  return out + "\"";
 }
 
 }  // namespace
@@ -93,21 +83,31 @@ void Report::row(const Row& r) {
   if (r.wrong > 0) total_wrong_ += r.wrong;
 
   if (json_) {
-    std::string obj = fmt::format(
-        "{{\"collective\": {}, \"backend\": {}, \"world_size\": {}, \"dtype\": {}, \"op\": {}, "
-        "\"root\": {}, \"bytes\": {}, \"count\": {}, \"time_us\": {}, \"algbw_gbps\": {}, "
-        "\"busbw_gbps\": {}, \"wrong\": {}",
-        jstr(collective_name(opts_.collective)), jstr(opts_.backend), world_,
-        jstr(opts_.dtype_label), jstr(redop), root, r.bytes, r.count, jnum(r.time_s * 1e6),
-        jnum(algbw), jnum(busbw), r.wrong < 0 ? std::string("null") : std::to_string(r.wrong));
-    if (has_raw_)
-      obj += fmt::format(
-          ", \"raw_mpi_time_us\": {}, \"raw_mpi_algbw_gbps\": {}, \"raw_mpi_busbw_gbps\": {}, "
-          "\"busbw_ratio\": {}",
-          jnum(r.raw_time_s * 1e6), std::isfinite(r.raw_time_s) ? jnum(raw_algbw) : "null",
-          std::isfinite(r.raw_time_s) ? jnum(raw_busbw) : "null",
-          std::isfinite(r.raw_time_s) ? jnum(ratio) : "null");
-    fmt::print(json_, "{}\n  {}}}", rows_ == 1 ? "" : ",", obj);
+    // One row per line; NaN and inf (no raw MPI time) are written as null.
+    ddp::io::json::Object obj;
+    obj.add("collective", collective_name(opts_.collective))
+        .add("backend", opts_.backend)
+        .add("world_size", world_)
+        .add("dtype", opts_.dtype_label)
+        .add("op", redop)
+        .add("root", root)
+        .add("bytes", r.bytes)
+        .add("count", r.count)
+        .add("time_us", r.time_s * 1e6)
+        .add("algbw_gbps", algbw)
+        .add("busbw_gbps", busbw);
+    if (r.wrong < 0)
+      obj.add_null("wrong");  // not checked
+    else
+      obj.add("wrong", r.wrong);
+    if (has_raw_) {
+      const bool raw = std::isfinite(r.raw_time_s);
+      obj.add("raw_mpi_time_us", r.raw_time_s * 1e6)
+          .add("raw_mpi_algbw_gbps", raw ? std::optional<double>(raw_algbw) : std::nullopt)
+          .add("raw_mpi_busbw_gbps", raw ? std::optional<double>(raw_busbw) : std::nullopt)
+          .add("busbw_ratio", raw ? std::optional<double>(ratio) : std::nullopt);
+    }
+    fmt::print(json_, "{}\n  {}", rows_ == 1 ? "" : ",", obj.str());
     std::fflush(json_);
   }
 }

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "bench_model.h"
+#include "ddp/io/json.h"
 #include "ddp/dist/init.h"
 #include "ddp/optim/sgd.h"
 #include "ddp/parallel/distributed.h"
@@ -114,27 +116,27 @@ void write_trace(const std::string& path, int rank, Clock::time_point backward_s
   auto us = [&](Clock::time_point t) {
     return std::chrono::duration<double, std::micro>(t - backward_start).count();
   };
-  std::string out = "{\"traceEvents\": [\n";
-  out += fmt::format(
-      "  {{\"name\": \"backward\", \"ph\": \"X\", \"pid\": {}, \"tid\": 0, \"ts\": 0, \"dur\": "
-      "{:.1f}}}",
-      rank, us(backward_end));
+  // Microseconds to 0.1 us, as Chrome's trace viewer shows them.
+  auto tenth = [](double v) { return std::round(v * 10) / 10; };
+  using ddp::io::json::Object;
+  ddp::io::json::Array events;
+  events.push(Object().add("name", "backward").add("ph", "X").add("pid", rank).add("tid", 0)
+                  .add("ts", 0).add("dur", tenth(us(backward_end))));
   for (const auto& b : timeline) {
-    out += fmt::format(
-        ",\n  {{\"name\": \"bucket {} ready\", \"ph\": \"i\", \"s\": \"t\", \"pid\": {}, \"tid\": "
-        "0, \"ts\": {:.1f}}}",
-        b.index, rank, us(b.ready));
-    out += fmt::format(
-        ",\n  {{\"name\": \"allreduce bucket {} ({:.2f} MiB)\", \"ph\": \"X\", \"pid\": {}, "
-        "\"tid\": 1, \"ts\": {:.1f}, \"dur\": {:.1f}}}",
-        b.index, double(b.bytes) / (1 << 20), rank, us(b.launched), us(b.done) - us(b.launched));
+    events.push(Object().add("name", fmt::format("bucket {} ready", b.index)).add("ph", "i")
+                    .add("s", "t").add("pid", rank).add("tid", 0).add("ts", tenth(us(b.ready))));
+    events.push(Object()
+                    .add("name", fmt::format("allreduce bucket {} ({:.2f} MiB)", b.index,
+                                             double(b.bytes) / (1 << 20)))
+                    .add("ph", "X").add("pid", rank).add("tid", 1)
+                    .add("ts", tenth(us(b.launched)))
+                    .add("dur", tenth(us(b.done) - us(b.launched))));
   }
-  out += fmt::format(
-      ",\n  {{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": {0}, \"tid\": 0, \"args\": "
-      "{{\"name\": \"compute (backward)\"}}}},\n  {{\"name\": \"thread_name\", \"ph\": \"M\", "
-      "\"pid\": {0}, \"tid\": 1, \"args\": {{\"name\": \"communication\"}}}}\n]}}\n",
-      rank);
-  std::ofstream(path) << out;
+  const char* threads[] = {"compute (backward)", "communication"};
+  for (int tid = 0; tid < 2; ++tid)
+    events.push(Object().add("name", "thread_name").add("ph", "M").add("pid", rank)
+                    .add("tid", tid).add("args", Object().add("name", threads[tid])));
+  std::ofstream(path) << Object().add("traceEvents", events).pretty(1) << "\n";
 }
 
 int run(const Options& o) {
@@ -240,20 +242,30 @@ int run(const Options& o) {
                                  : o.trace_path,
                 world.rank(), trace_start, trace_end, timeline);
   if (rank0 && !o.json_path.empty()) {
-    std::string buckets;
-    for (size_t i = 0; i < bucket_bytes.size(); ++i)
-      buckets += fmt::format("{}{}", i ? ", " : "", bucket_bytes[i]);
-    std::ofstream(o.json_path) << fmt::format(
-        "{{\"model\": \"{}\", \"backend\": \"{}\", \"world_size\": {}, \"device\": \"{}\", "
-        "\"batch_size\": {}, \"bucket_cap_mb\": {}, \"simulated_link\": \"{}\", "
-        "\"num_params\": {}, \"bucket_bytes\": [{}], \"steps\": {}, \"step_s_plain\": {:.6g}, "
-        "\"step_s_ddp\": {:.6g}, \"step_s_no_sync\": {:.6g}, \"allreduce_s\": {:.6g}, "
-        "\"exposed_comm_s\": {:.6g}, \"hidden_fraction\": {:.6g}, \"ddp_overhead\": {:.6g}, "
-        "\"tail_wait_s\": {:.6g}, \"hidden_fraction_timeline\": {:.6g}}}\n",
-        o.model, world.group->backend_name(), world.size(), o.device.str(), o.batch_size,
-        o.bucket_cap_mb, link_text, plain.num_params, buckets, o.steps, plain_t.median,
-        ddp_t.median, no_sync_t.median, ar_t.median, exposed, hidden, overhead, tail_wait,
-        hidden_timeline);
+    // Times rounded to 6 significant digits, as the table prints them.
+    ddp::io::json::Array buckets;
+    for (auto b : bucket_bytes) buckets.push(b);
+    ddp::io::json::Object j({.significant_digits = 6});
+    j.add("model", o.model)
+        .add("backend", world.group->backend_name())
+        .add("world_size", world.size())
+        .add("device", o.device.str())
+        .add("batch_size", o.batch_size)
+        .add("bucket_cap_mb", o.bucket_cap_mb)
+        .add("simulated_link", link_text)
+        .add("num_params", plain.num_params)
+        .add("bucket_bytes", buckets)
+        .add("steps", o.steps)
+        .add("step_s_plain", plain_t.median)
+        .add("step_s_ddp", ddp_t.median)
+        .add("step_s_no_sync", no_sync_t.median)
+        .add("allreduce_s", ar_t.median)
+        .add("exposed_comm_s", exposed)
+        .add("hidden_fraction", hidden)
+        .add("ddp_overhead", overhead)
+        .add("tail_wait_s", tail_wait)
+        .add("hidden_fraction_timeline", hidden_timeline);
+    std::ofstream(o.json_path) << j.str() << "\n";
   }
   return 0;
 }

@@ -2,9 +2,9 @@
 // bench_ddp's command line.
 
 #include <optional>
-#include <stdexcept>
 #include <string>
 
+#include "common/cli.h"  // UsageExit
 #include "ddp/core/device.h"
 #include "simulated_link.h"
 
@@ -24,12 +24,7 @@ struct Options {
   std::string json_path, trace_path;
 };
 
-// --help, or a bad command line: the text to print and the exit status.
-struct UsageExit : std::runtime_error {
-  UsageExit(const std::string& text, int c) : std::runtime_error(text), code(c) {}
-  int code;
-};
-
+// Raises UsageExit on --help or a bad command line (See Note [Usage errors exit 2]).
 Options parse_options(int argc, char** argv);
 
 }  // namespace bench

@@ -14,41 +14,6 @@
 
 namespace bench {
 
-// ---- JsonObject --------------------------------------------------------------
-
-JsonObject& JsonObject::add(const std::string& key, double value) {
-  fields_.emplace_back(key, std::isfinite(value) ? fmt::format("{}", value) : "null");
-  return *this;
-}
-JsonObject& JsonObject::add(const std::string& key, int64_t value) {
-  fields_.emplace_back(key, std::to_string(value));
-  return *this;
-}
-JsonObject& JsonObject::add(const std::string& key, bool value) {
-  fields_.emplace_back(key, value ? "true" : "false");
-  return *this;
-}
-JsonObject& JsonObject::add(const std::string& key, const std::string& value) {
-  fields_.emplace_back(key, ddp::io::json::quote(value));
-  return *this;
-}
-JsonObject& JsonObject::add(const std::string& key, std::optional<double> value) {
-  return value ? add(key, *value) : (fields_.emplace_back(key, "null"), *this);
-}
-JsonObject& JsonObject::add(const std::string& key, std::optional<std::string> value) {
-  return value ? add(key, *value) : (fields_.emplace_back(key, "null"), *this);
-}
-JsonObject& JsonObject::append(const JsonObject& other) {
-  fields_.insert(fields_.end(), other.fields_.begin(), other.fields_.end());
-  return *this;
-}
-std::string JsonObject::str() const {
-  std::string out = "{";
-  for (size_t i = 0; i < fields_.size(); ++i)
-    out += fmt::format("{}{}: {}", i ? ", " : "", ddp::io::json::quote(fields_[i].first), fields_[i].second);
-  return out + "}";
-}
-
 // ---- the report --------------------------------------------------------------
 
 namespace {

@@ -12,30 +12,14 @@
 #include <vector>
 
 #include "ddp/core/device.h"
+#include "ddp/io/json.h"
 #include "train_step.h"
 
 namespace bench {
 
-// A flat JSON object, keys in insertion order (a later add of the same key
-// is not merged: callers add each key once).
-class JsonObject {
- public:
-  JsonObject& add(const std::string& key, double value);  // NaN or inf: null
-  JsonObject& add(const std::string& key, int64_t value);
-  JsonObject& add(const std::string& key, int value) { return add(key, int64_t(value)); }
-  JsonObject& add(const std::string& key, bool value);
-  JsonObject& add(const std::string& key, const std::string& value);
-  JsonObject& add(const std::string& key, const char* value) {
-    return add(key, std::string(value));
-  }
-  JsonObject& add(const std::string& key, std::optional<double> value);  // nullopt: null
-  JsonObject& add(const std::string& key, std::optional<std::string> value);
-  JsonObject& append(const JsonObject& other);
-  std::string str() const;  // {"k": v, ...}, one line
-
- private:
-  std::vector<std::pair<std::string, std::string>> fields_;  // key, encoded value
-};
+// A flat JSON object, keys in insertion order: libddp's one JSON writer
+// (ddp/io/json.h); NaN, inf and empty optionals are written as null.
+using JsonObject = ddp::io::json::Object;
 
 // What one benchmark run is; filled by each benchmark's main.
 struct BenchInfo {

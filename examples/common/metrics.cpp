@@ -6,44 +6,9 @@
 #include <fstream>
 #include <stdexcept>
 
-#include "ddp/io/json.h"
 #include "ddp/tensor/cuda.h"
 
 namespace examples {
-
-JsonObject& JsonObject::add(const std::string& key, double value) {
-  char buf[64];
-  if (std::isfinite(value))
-    std::snprintf(buf, sizeof buf, "%.6g", value);
-  else
-    std::snprintf(buf, sizeof buf, "null");
-  fields_.emplace_back(key, buf);
-  return *this;
-}
-
-JsonObject& JsonObject::add(const std::string& key, int64_t value) {
-  fields_.emplace_back(key, std::to_string(value));
-  return *this;
-}
-
-JsonObject& JsonObject::add(const std::string& key, bool value) {
-  fields_.emplace_back(key, value ? "true" : "false");
-  return *this;
-}
-
-JsonObject& JsonObject::add(const std::string& key, const std::string& value) {
-  fields_.emplace_back(key, ddp::io::json::quote(value));
-  return *this;
-}
-
-std::string JsonObject::str() const {
-  std::string s = "{";
-  for (size_t i = 0; i < fields_.size(); ++i) {
-    if (i) s += ", ";
-    s += ddp::io::json::quote(fields_[i].first) + ": " + fields_[i].second;
-  }
-  return s + "}";
-}
 
 MetricsFile::MetricsFile(const std::string& path, int rank, bool append) {
   if (path.empty() || rank != 0) return;
@@ -56,7 +21,7 @@ MetricsFile::~MetricsFile() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-void MetricsFile::write(const JsonObject& line) {
+void MetricsFile::write(const ddp::io::json::Object& line) {
   if (file_ == nullptr) return;
   std::fprintf(file_, "%s\n", line.str().c_str());
   std::fflush(file_);

@@ -18,22 +18,16 @@
 #include <vector>
 
 #include "ddp/core/device.h"
+#include "ddp/io/json.h"
 
 namespace examples {
 
-// A flat JSON object built key by key, in insertion order.
-class JsonObject {
+// A flat JSON object built key by key, in insertion order: libddp's one
+// JSON writer (ddp/io/json.h), with doubles rounded to 6 significant digits
+// so the lines stay short and a resumed run prints the same losses.
+class JsonObject : public ddp::io::json::Object {
  public:
-  JsonObject& add(const std::string& key, double value);  // non-finite: null
-  JsonObject& add(const std::string& key, int64_t value);
-  JsonObject& add(const std::string& key, int value) { return add(key, int64_t(value)); }
-  JsonObject& add(const std::string& key, bool value);
-  JsonObject& add(const std::string& key, const std::string& value);
-  JsonObject& add(const std::string& key, const char* value) { return add(key, std::string(value)); }
-  std::string str() const;  // one line, no trailing newline
-
- private:
-  std::vector<std::pair<std::string, std::string>> fields_;  // key, encoded value
+  JsonObject() : Object({.significant_digits = 6}) {}
 };
 
 // The metrics file of Note [Metrics lines]. An empty path or a rank other
@@ -45,7 +39,7 @@ class MetricsFile {
   ~MetricsFile();
   MetricsFile(const MetricsFile&) = delete;
   MetricsFile& operator=(const MetricsFile&) = delete;
-  void write(const JsonObject& line);
+  void write(const ddp::io::json::Object& line);
 
  private:
   std::FILE* file_ = nullptr;

@@ -9,6 +9,7 @@
 // ranks once per step. The last line on stdout is a JSON object
 // (Note [Metrics lines]). Flags: train_gpt --help, or docs/examples.md.
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -58,6 +59,52 @@ nn::models::GPTConfig make_config(const Options& o) {
     std::exit(2);
   }
   return c;
+}
+
+// Note [Bytes as GPT-2 tokens]
+// GPT-2's byte-level BPE gives each of the 256 bytes a token id below 256,
+// but not id = byte: printable bytes come first ('!' is 0, 'A' is 32), the
+// rest after (' ' is 220, '\n' is 198), in the order of its
+// bytes_to_unicode table. After loading Hugging Face weights into a model
+// with GPT-2's vocabulary, rows 0..255 of the (tied) embedding are
+// reordered so that our token b, the byte b, reads GPT-2's token for b: the
+// pretrained model then sees text it knows, and its logits 0..255 are
+// bytes. Returns whether it did (only for a 50257-token vocabulary).
+bool map_bytes_to_gpt2_tokens(nn::models::GPT& model) {
+  if (model.config().vocab_size != 50257) return false;
+  std::vector<int64_t> gpt2_order;  // GPT-2 id -> byte
+  for (int b = 33; b <= 126; ++b) gpt2_order.push_back(b);
+  for (int b = 161; b <= 172; ++b) gpt2_order.push_back(b);
+  for (int b = 174; b <= 255; ++b) gpt2_order.push_back(b);
+  for (int b = 0; b < 256; ++b)
+    if (std::find(gpt2_order.begin(), gpt2_order.end(), b) == gpt2_order.end())
+      gpt2_order.push_back(b);
+  std::vector<int64_t> id_of_byte(256);
+  for (int64_t id = 0; id < 256; ++id) id_of_byte[size_t(gpt2_order[size_t(id)])] = id;
+  NoGradGuard no_grad;
+  Tensor rows = model.wte->weight.narrow(0, 0, 256);
+  Tensor index = Tensor::from_vector(id_of_byte, {256}).to(rows.device());
+  rows.copy_(index_select(rows, 0, index));
+  return true;
+}
+
+// Prints --sample bytes generated from --prompt (Note [Sampling from a
+// GPT]); returns how many.
+int64_t print_sample(nn::models::GPT& model, const Options& o) {
+  std::vector<int64_t> prompt;
+  for (unsigned char c : o.prompt) prompt.push_back(c);
+  const std::vector<int64_t> bytes = nn::models::generate(
+      model, prompt, o.sample,
+      {.temperature = o.temperature, .top_k = o.top_k,
+       .vocab_limit = data::TextCorpus::kVocabSize, .seed = uint64_t(o.seed)});
+  std::string text;
+  for (int64_t b : bytes) text.push_back(char(b));
+  std::printf("sample (%lld bytes, temperature %g, top-k %s, seed %lld):\n%s%s\n",
+              (long long)bytes.size(), o.temperature,
+              o.top_k > 0 ? std::to_string(o.top_k).c_str() : "all", (long long)o.seed,
+              o.prompt.c_str(), text.c_str());
+  std::fflush(stdout);
+  return int64_t(bytes.size());
 }
 
 std::optional<DType> amp_dtype(const std::string& amp) {
@@ -138,6 +185,13 @@ int run(const Options& o) {
 
   auto model = std::make_shared<nn::models::GPT>(config);
   model->to(world.device);
+  if (!o.init_from_hf.empty()) {
+    nn::models::load_hf_gpt2(*model, o.init_from_hf);  // every rank; DDP checks they agree
+    const bool byte_rows = map_bytes_to_gpt2_tokens(*model);
+    if (lead)
+      std::printf("initialised from Hugging Face GPT-2 weights %s%s\n", o.init_from_hf.c_str(),
+                  byte_rows ? " (byte b reads GPT-2's byte token for b)" : "");
+  }
   if (lead) {
     std::printf("train_gpt: %s (%lld layers, %lld heads, width %lld, context %lld) on %s\n",
                 o.model.c_str(), (long long)config.n_layer, (long long)config.n_head,
@@ -167,7 +221,7 @@ int run(const Options& o) {
     throw ValueError("the corpus is too small for one step of " + std::to_string(o.batch_size) +
                      " sequences of " + std::to_string(T) + " tokens");
   const int64_t schedule_steps = o.steps;
-  const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, schedule_steps) : schedule_steps;
+  const int64_t stop_step = o.max_steps >= 0 ? std::min(o.max_steps, schedule_steps) : schedule_steps;
   const int64_t epochs = (stop_step + steps_per_epoch - 1) / steps_per_epoch;  // for the progress line
   const int64_t warmup = o.warmup_steps >= 0 ? std::min(o.warmup_steps, schedule_steps)
                                              : schedule_steps / 10;
@@ -303,6 +357,8 @@ int run(const Options& o) {
 
   const double tokens_per_s =
       train_s > 0 ? double((step - first_step) * tokens_per_step) / train_s : 0;
+  int64_t sampled = 0;
+  if (lead && o.sample > 0) sampled = print_sample(*model, o);
   const double total_s = total_clock.seconds();
   if (lead) {
     std::printf("done: %lld steps, val loss %.4f (%.3f bits/byte), %.0f tokens/s, training %s, "
@@ -326,6 +382,7 @@ int run(const Options& o) {
                             .add("train_s", train_s)
                             .add("total_s", total_s)
                             .add("peak_memory_mib", examples::peak_memory_mib(world.device))
+                            .add("sample_bytes", sampled)
                             .str()
                             .c_str());
     std::fflush(stdout);

@@ -2,6 +2,9 @@
 
 #include "common/cli.h"
 
+#include <cmath>
+#include <cstdlib>
+
 namespace train_gpt {
 
 Options parse_options(int argc, char** argv) {
@@ -22,7 +25,9 @@ Options parse_options(int argc, char** argv) {
   cli.add_int("--stride", &o.stride, "tokens between training windows", 1);
   cli.add_int("--steps", &o.steps, "optimizer steps of the run; sets the lr schedule", 1);
   cli.add_int("--max-steps", &o.max_steps,
-              "stop after this many steps in total (0: no limit; the schedule keeps --steps)", 0);
+              "stop after this many steps in total (-1: no limit; 0: train none, e.g. to "
+              "--sample from a --resume checkpoint; the schedule keeps --steps)",
+              -1);
   cli.add_int("--batch-size", &o.batch_size,
               "GLOBAL sequences per optimizer step (per rank per micro-batch: "
               "batch / (world size x grad-accum))",
@@ -49,6 +54,22 @@ Options parse_options(int argc, char** argv) {
   cli.add_flag("--print-params", &o.print_params, "print every parameter's name and shape");
   cli.add_int("--seed", &o.seed, "seed of the initial weights and the shuffling", 0);
   cli.add_int("--workers", &o.workers, "data loader threads per rank", 0);
+  cli.add_string("--init-from-hf", &o.init_from_hf,
+                 "start from a Hugging Face GPT-2 model.safetensors (give the matching --model "
+                 "or sizes; see docs/models.md)");
+  cli.add_int("--sample", &o.sample, "after training, print N bytes generated from --prompt", 0);
+  cli.add_string("--prompt", &o.prompt, "text the sample continues (default a newline)");
+  cli.add_value("--temperature", "X", "sampling temperature, > 0 (lower: more likely bytes)", "1",
+                [&](const std::string& v) {
+                  char* end = nullptr;
+                  const double x = std::strtod(v.c_str(), &end);
+                  if (v.empty() || *end != '\0' || !std::isfinite(x))
+                    return "'" + v + "' is not a finite number";
+                  if (!(x > 0)) return "'" + v + "' must be greater than 0";
+                  o.temperature = x;
+                  return std::string();
+                });
+  cli.add_int("--top-k", &o.top_k, "sample among the K most likely bytes (default: all)", 1);
   cli.parse(argc, argv);
   if (o.model == "custom" && (o.n_layer == 0 || o.n_head == 0 || o.n_embd == 0 || o.block_size == 0))
     cli.fail("--model custom: needs --n-layer, --n-head, --n-embd and --block-size");
@@ -56,6 +77,7 @@ Options parse_options(int argc, char** argv) {
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     cli.fail("--checkpoint-every: needs --checkpoint-dir");
   if (o.dropout >= 1) cli.fail("--dropout: must be below 1");
+  if (o.sample > 0 && o.prompt.empty()) cli.fail("--prompt: needs at least one byte");
   return o;
 }
 

@@ -14,7 +14,7 @@ struct Options {
   std::string data_dir = "/usr/share/games/fortunes";
   int64_t stride = 1;              // between training windows
   int64_t steps = 200;             // optimizer steps of the run (the lr schedule)
-  int64_t max_steps = 0;           // stop early at this step; 0: run every step
+  int64_t max_steps = -1;          // stop early at this step; -1: run every step; 0: none
   int64_t batch_size = 32;         // global sequences per optimizer step
   int64_t grad_accum = 1;
   double lr = 1e-3;
@@ -36,6 +36,11 @@ struct Options {
   bool print_params = false;
   int64_t seed = 0;
   int64_t workers = 1;
+  std::string init_from_hf;        // a Hugging Face GPT-2 model.safetensors to start from
+  int64_t sample = 0;              // bytes to generate at the end (0: none)
+  std::string prompt = "\n";
+  double temperature = 1.0;
+  int64_t top_k = 0;               // 0: every token
 };
 
 Options parse_options(int argc, char** argv);

@@ -1,9 +1,13 @@
-// The JSON reader (json.h). See Note [Parsing untrusted JSON].
+// The JSON reader (json.h) on nlohmann-json's SAX interface.
+// See Note [Parsing untrusted JSON] and Note [nlohmann-json behind json.h].
 
 #include "ddp/io/json.h"
 
+#include <nlohmann/json.hpp>
+
 #include <charconv>
 #include <cmath>
+#include <iterator>
 #include <unordered_set>
 
 #include "ddp/core/error.h"
@@ -120,325 +124,168 @@ const Value* Value::find(std::string_view key) const {
 
 // ---- parser ---------------------------------------------------------------------
 
+
 namespace {
 
-class Parser {
- public:
-  Parser(std::string_view text, const ParseOptions& opts) : s_(text), opts_(opts) {}
-
-  Value parse_document() {
-    Value v = parse_value(0);
-    skip_ws();
-    if (pos_ != s_.size()) fail("unexpected '{}' after the value", printable(s_[pos_]));
-    return v;
+// Bytes outside printable ASCII as \xNN, so a message never carries the
+// invalid UTF-8 or control characters it complains about.
+std::string printable(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    out += u >= 0x20 && u < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", u);
   }
+  return out;
+}
+
+// A char iterator that tells how far nlohmann's lexer has read, so that the
+// checks it cannot make (depth, duplicate keys) report byte offsets too.
+class CountingIterator {
+ public:
+  using iterator_category = std::input_iterator_tag;
+  using value_type = char;
+  using difference_type = std::ptrdiff_t;
+  using pointer = const char*;
+  using reference = const char&;
+
+  CountingIterator(const char* p, const char* base, size_t* consumed)
+      : p_(p), base_(base), consumed_(consumed) {}
+  reference operator*() const { return *p_; }
+  CountingIterator& operator++() {
+    ++p_;
+    *consumed_ = size_t(p_ - base_);
+    return *this;
+  }
+  CountingIterator operator++(int) {
+    CountingIterator before = *this;
+    ++*this;
+    return before;
+  }
+  bool operator==(const CountingIterator& other) const { return p_ == other.p_; }
+  bool operator!=(const CountingIterator& other) const { return p_ != other.p_; }
 
  private:
-  template <class... Args>
-  [[noreturn]] void fail(fmt::format_string<Args...> f, Args&&... args) const {
-    DDP_THROW(ValueError, "json: at byte {}: {}", pos_,
-              fmt::format(f, std::forward<Args>(args)...));
-  }
-  static std::string printable(char c) {
-    auto u = static_cast<unsigned char>(c);
-    return u >= 0x20 && u < 0x7f ? std::string(1, c) : fmt::format("\\x{:02x}", u);
-  }
+  const char* p_;
+  const char* base_;
+  size_t* consumed_;
+};
 
-  void skip_ws() {
-    while (pos_ < s_.size() &&
-           (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r'))
-      ++pos_;
-  }
-  bool at_end() const { return pos_ >= s_.size(); }
-  char peek() const { return s_[pos_]; }
-  void expect(char c, const char* context) {
-    skip_ws();
-    if (at_end()) fail("unexpected end of input, expected '{}' {}", c, context);
-    if (peek() != c) fail("expected '{}' {}, found '{}'", c, context, printable(peek()));
-    ++pos_;
-  }
+using Json = nlohmann::json;
 
-  Value parse_value(int depth) {
-    skip_ws();
-    if (at_end()) fail("unexpected end of input, expected a value");
-    char c = peek();
-    if (c == '{' || c == '[') {
-      if (depth >= opts_.max_depth) fail("nesting deeper than {} levels", opts_.max_depth);
-      return c == '{' ? parse_object(depth + 1) : parse_array(depth + 1);
-    }
-    if (c == '"') return Value::string(parse_string());
-    if (c == '-' || (c >= '0' && c <= '9')) return parse_number();
-    if (match("true")) return Value::boolean(true);
-    if (match("false")) return Value::boolean(false);
-    if (match("null")) return Value();
-    fail("unexpected '{}', expected a value", printable(c));
-  }
+// Builds a Value tree from SAX events, keeping object members in file order
+// and refusing what nlohmann accepts but we must not: duplicate keys and
+// nesting deeper than max_depth.
+class TreeBuilder : public nlohmann::json_sax<Json> {
+ public:
+  TreeBuilder(std::string_view text, const size_t* consumed, int max_depth)
+      : text_(text), consumed_(consumed), max_depth_(max_depth) {}
 
-  bool match(std::string_view word) {
-    if (s_.substr(pos_, word.size()) != word) return false;
-    pos_ += word.size();
+  Value take() { return std::move(root_); }
+
+  bool null() override { return put(Value()); }
+  bool boolean(bool b) override { return put(Value::boolean(b)); }
+  bool number_integer(number_integer_t v) override { return put(Value::number(std::to_string(v))); }
+  bool number_unsigned(number_unsigned_t v) override {
+    return put(Value::number(std::to_string(v)));
+  }
+  // Floats, and integers beyond 64 bits, keep their literal (exactness).
+  bool number_float(number_float_t, const string_t& literal) override {
+    return put(Value::number(literal));
+  }
+  bool string(string_t& s) override { return put(Value::string(std::move(s))); }
+  bool binary(binary_t&) override { return false; }  // not produced by the text format
+
+  bool start_object(std::size_t) override { return open(true); }
+  bool start_array(std::size_t) override { return open(false); }
+  bool end_object() override { return close(); }
+  bool end_array() override { return close(); }
+
+  bool key(string_t& k) override {
+    Frame& f = stack_.back();
+    if (!f.seen.insert(k).second) fail(key_start(), fmt::format("duplicate key \"{}\"", printable(k)));
+    f.keys.push_back(std::move(k));
     return true;
   }
 
-  Value parse_object(int depth) {
-    ++pos_;  // '{'
+  bool parse_error(std::size_t position, const std::string&,
+                   const nlohmann::detail::exception& e) override {
+    // "[json.exception.parse_error.101] parse error at line 1, column 6: <reason>"
+    std::string reason = e.what();
+    if (auto at = reason.find(": "); at != std::string::npos) reason = reason.substr(at + 2);
+    // position counts the characters read, the offending one included.
+    fail(position > 0 ? position - 1 : 0, printable(reason));
+  }
+
+ private:
+  struct Frame {
+    bool is_object = false;
     std::vector<std::string> keys;
-    std::vector<Value> values;
-    std::unordered_set<std::string> seen;
-    skip_ws();
-    if (!at_end() && peek() == '}') {
-      ++pos_;
-      return Value::object({}, {});
-    }
-    while (true) {
-      skip_ws();
-      if (at_end()) fail("unexpected end of input in an object");
-      if (peek() != '"') fail("expected a string key, found '{}'", printable(peek()));
-      size_t key_pos = pos_;
-      std::string key = parse_string();
-      if (!seen.insert(key).second) {
-        pos_ = key_pos;
-        fail("duplicate key \"{}\"", key);
-      }
-      expect(':', "after an object key");
-      values.push_back(parse_value(depth));
-      keys.push_back(std::move(key));
-      skip_ws();
-      if (at_end()) fail("unexpected end of input in an object");
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (peek() == '}') {
-        ++pos_;
-        break;
-      }
-      fail("expected ',' or '}}' in an object, found '{}'", printable(peek()));
-    }
-    return Value::object(std::move(keys), std::move(values));
-  }
-
-  Value parse_array(int depth) {
-    ++pos_;  // '['
     std::vector<Value> items;
-    skip_ws();
-    if (!at_end() && peek() == ']') {
-      ++pos_;
-      return Value::array({});
-    }
-    while (true) {
-      items.push_back(parse_value(depth));
-      skip_ws();
-      if (at_end()) fail("unexpected end of input in an array");
-      if (peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      if (peek() == ']') {
-        ++pos_;
-        break;
-      }
-      fail("expected ',' or ']' in an array, found '{}'", printable(peek()));
-    }
-    return Value::array(std::move(items));
+    std::unordered_set<std::string> seen;
+  };
+
+  [[noreturn]] static void fail(size_t byte, const std::string& why) {
+    DDP_THROW(ValueError, "json: at byte {}: {}", byte, why);
   }
 
-  Value parse_number() {
-    size_t start = pos_;
-    auto digits = [&] {
-      size_t n = 0;
-      while (!at_end() && peek() >= '0' && peek() <= '9') ++pos_, ++n;
-      return n;
-    };
-    if (peek() == '-') ++pos_;
-    if (at_end()) fail("a number needs digits");
-    if (peek() == '0') {
-      ++pos_;
-      if (!at_end() && peek() >= '0' && peek() <= '9') fail("a number cannot have a leading zero");
-    } else if (digits() == 0) {
-      fail("a number needs digits");
+  bool put(Value v) {
+    if (stack_.empty())
+      root_ = std::move(v);
+    else
+      stack_.back().items.push_back(std::move(v));
+    return true;
+  }
+  bool open(bool is_object) {
+    // The lexer has just read the '{' or '['.
+    if (int(stack_.size()) >= max_depth_)
+      fail(*consumed_ - 1, fmt::format("nesting deeper than {} levels", max_depth_));
+    Frame frame;
+    frame.is_object = is_object;
+    stack_.push_back(std::move(frame));
+    return true;
+  }
+  bool close() {
+    Frame f = std::move(stack_.back());
+    stack_.pop_back();
+    return put(f.is_object ? Value::object(std::move(f.keys), std::move(f.items))
+                           : Value::array(std::move(f.items)));
+  }
+  // The lexer has just read a key's closing quote: its opening quote is the
+  // nearest earlier '"' that no backslash escapes.
+  size_t key_start() const {
+    size_t i = *consumed_ - 1;
+    while (i > 0) {
+      --i;
+      if (text_[i] != '"') continue;
+      size_t slashes = 0;
+      while (i > slashes && text_[i - 1 - slashes] == '\\') ++slashes;
+      if (slashes % 2 == 0) return i;
     }
-    if (!at_end() && peek() == '.') {
-      ++pos_;
-      if (digits() == 0) fail("a number needs digits after '.'");
-    }
-    if (!at_end() && (peek() == 'e' || peek() == 'E')) {
-      ++pos_;
-      if (!at_end() && (peek() == '+' || peek() == '-')) ++pos_;
-      if (digits() == 0) fail("a number needs digits in its exponent");
-    }
-    return Value::number(std::string(s_.substr(start, pos_ - start)));
+    return 0;
   }
 
-  unsigned hex4() {
-    if (s_.size() - pos_ < 4) fail("unexpected end of input in a \\u escape");
-    unsigned v = 0;
-    for (int i = 0; i < 4; ++i) {
-      char c = s_[pos_++];
-      v <<= 4;
-      if (c >= '0' && c <= '9')
-        v |= unsigned(c - '0');
-      else if (c >= 'a' && c <= 'f')
-        v |= unsigned(c - 'a' + 10);
-      else if (c >= 'A' && c <= 'F')
-        v |= unsigned(c - 'A' + 10);
-      else
-        fail("invalid hex digit '{}' in a \\u escape", printable(c));
-    }
-    return v;
-  }
-
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += char(cp);
-    } else if (cp < 0x800) {
-      out += char(0xC0 | (cp >> 6));
-      out += char(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += char(0xE0 | (cp >> 12));
-      out += char(0x80 | ((cp >> 6) & 0x3F));
-      out += char(0x80 | (cp & 0x3F));
-    } else {
-      out += char(0xF0 | (cp >> 18));
-      out += char(0x80 | ((cp >> 12) & 0x3F));
-      out += char(0x80 | ((cp >> 6) & 0x3F));
-      out += char(0x80 | (cp & 0x3F));
-    }
-  }
-
-  // Length of the well-formed UTF-8 sequence starting at pos_ (lead byte
-  // >= 0x80), or 0. Overlong forms and surrogates are rejected.
-  size_t utf8_length() const {
-    auto b = [&](size_t i) { return static_cast<unsigned char>(s_[pos_ + i]); };
-    unsigned char c = b(0);
-    size_t n = c >= 0xC2 && c <= 0xDF   ? 2
-               : c >= 0xE0 && c <= 0xEF ? 3
-               : c >= 0xF0 && c <= 0xF4 ? 4
-                                        : 0;
-    if (n == 0 || s_.size() - pos_ < n) return 0;
-    unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c == 0xE0) lo = 0xA0;
-    if (c == 0xED) hi = 0x9F;
-    if (c == 0xF0) lo = 0x90;
-    if (c == 0xF4) hi = 0x8F;
-    if (b(1) < lo || b(1) > hi) return 0;
-    for (size_t i = 2; i < n; ++i)
-      if (b(i) < 0x80 || b(i) > 0xBF) return 0;
-    return n;
-  }
-
-  std::string parse_string() {
-    ++pos_;  // '"'
-    std::string out;
-    while (true) {
-      if (at_end()) fail("unexpected end of input in a string");
-      auto c = static_cast<unsigned char>(peek());
-      if (c == '"') {
-        ++pos_;
-        return out;
-      }
-      if (c < 0x20) fail("control character \\x{:02x} in a string (escape it)", c);
-      if (c >= 0x80) {
-        size_t n = utf8_length();
-        if (n == 0) fail("invalid UTF-8 in a string");
-        out.append(s_.substr(pos_, n));
-        pos_ += n;
-        continue;
-      }
-      ++pos_;
-      if (c != '\\') {
-        out += char(c);
-        continue;
-      }
-      if (at_end()) fail("unexpected end of input in a string escape");
-      char e = s_[pos_++];
-      switch (e) {
-        case '"':
-          out += '"';
-          break;
-        case '\\':
-          out += '\\';
-          break;
-        case '/':
-          out += '/';
-          break;
-        case 'b':
-          out += '\b';
-          break;
-        case 'f':
-          out += '\f';
-          break;
-        case 'n':
-          out += '\n';
-          break;
-        case 'r':
-          out += '\r';
-          break;
-        case 't':
-          out += '\t';
-          break;
-        case 'u': {
-          uint32_t cp = hex4();
-          if (cp >= 0xDC00 && cp <= 0xDFFF) fail("lone low surrogate in a \\u escape");
-          if (cp >= 0xD800 && cp <= 0xDBFF) {
-            if (!match("\\u")) fail("high surrogate without a low surrogate");
-            uint32_t lo = hex4();
-            if (lo < 0xDC00 || lo > 0xDFFF) fail("high surrogate without a low surrogate");
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-          }
-          append_utf8(out, cp);
-          break;
-        }
-        default:
-          fail("invalid escape '\\{}' in a string", printable(e));
-      }
-    }
-  }
-
-  std::string_view s_;
-  ParseOptions opts_;
-  size_t pos_ = 0;
+  std::string_view text_;
+  const size_t* consumed_;
+  int max_depth_;
+  std::vector<Frame> stack_;
+  Value root_;
 };
 
 }  // namespace
 
 Value parse(std::string_view text, const ParseOptions& opts) {
-  return Parser(text, opts).parse_document();
-}
-
-std::string quote(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\b':
-        out += "\\b";
-        break;
-      case '\f':
-        out += "\\f";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20)
-          out += fmt::format("\\u{:04x}", static_cast<unsigned char>(c));
-        else
-          out += c;
-    }
-  }
-  return out + "\"";
+  size_t consumed = 0;
+  TreeBuilder builder(text, &consumed, opts.max_depth);
+  const char* begin = text.data();
+  Json::sax_parse(CountingIterator(begin, begin, &consumed),
+                  CountingIterator(begin + text.size(), begin, &consumed), &builder,
+                  nlohmann::detail::input_format_t::json, /*strict=*/true,
+                  /*ignore_comments=*/false);
+  // nlohmann's lexer takes a NUL byte outside a string for the end of the
+  // input; JSON has no such thing, so whatever it stopped at is an error.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    DDP_THROW(ValueError, "json: at byte {}: unexpected '\\x00' after the value", nul);
+  return builder.take();
 }
 
 }  // namespace ddp::io::json

@@ -280,46 +280,41 @@ TensorDict load_safetensors(const std::string& path, Metadata* metadata) {
 void save_safetensors(const std::string& path, const TensorDict& tensors,
                       const Metadata& metadata) {
   // The header first: it needs only names, shapes and dtypes.
-  std::string header = "{";
+  json::Object root;
   if (!metadata.empty()) {
-    header += json::quote(kMetadataKey) + ":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      if (!first) header += ',';
-      header += json::quote(k);
-      header += ':';
-      header += json::quote(v);
-      first = false;
-    }
-    header += "}";
+    json::Object meta;
+    for (const auto& [k, v] : metadata) meta.add(k, v);
+    root.add(kMetadataKey, meta);
   }
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     DDP_CHECK(t.defined(), "save_safetensors: '{}': tensor '{}' is undefined", path, name);
     DDP_CHECK(name != kMetadataKey, "save_safetensors: '{}': \"{}\" is reserved for metadata", path,
               name);
-    uint64_t n = t.nbytes();
-    header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          header.size() > 1 ? "," : "", json::quote(name),
-                          safetensors_dtype_name(t.dtype()), fmt::join(t.shape(), ","), offset,
-                          offset + n);
+    const uint64_t n = t.nbytes();
+    json::Array shape, offsets;
+    for (int64_t d : t.shape()) shape.push(d);
+    offsets.push(offset).push(offset + n);
+    root.add(name, json::Object()
+                       .add("dtype", safetensors_dtype_name(t.dtype()))
+                       .add("shape", shape)
+                       .add("data_offsets", offsets));
     offset += n;
   }
-  header += "}";
-  // Padded with spaces so the data starts 8-byte aligned, as the reference
-  // writer does (readers that map the file can then use it in place).
-  header.append((8 - header.size() % 8) % 8, ' ');
-  // Names and metadata are caller strings: parse the header back so that a
-  // file this writes is always one load_safetensors accepts (this rejects,
-  // e.g., names that are not valid UTF-8).
+  // Names and metadata are caller strings: one that is not valid UTF-8
+  // cannot be written (load_safetensors would refuse the file).
+  std::string header;
   try {
-    json::parse(header);
+    header = root.str();
   } catch (const ValueError& e) {
     DDP_THROW(ValueError,
               "save_safetensors: '{}': a tensor name or metadata string cannot be "
               "stored: {}",
               path, strip_location(e.what()));
   }
+  // Padded with spaces so the data starts 8-byte aligned, as the reference
+  // writer does (readers that map the file can then use it in place).
+  header.append((8 - header.size() % 8) % 8, ' ');
 
   detail::AtomicWriteFile file(path);
   unsigned char len[8];

@@ -17,6 +17,8 @@
 // mlp.c_proj) normal(0, 0.02 / √(2·n_layer)), LayerNorm weight 1 bias 0.
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "ddp/nn/attention.h"
 #include "ddp/nn/container.h"
@@ -74,5 +76,55 @@ class GPT : public UnaryModule {
 
 // GPT-2 small: 12 layers, 12 heads, 768 wide, vocab 50257, context 1024.
 std::shared_ptr<GPT> gpt2_124m(double dropout = 0.0);
+
+// Note [Hugging Face GPT-2 checkpoints]
+// load_hf_gpt2 reads a Hugging Face GPT-2 `model.safetensors` as it is:
+// HF's names with or without the "transformer." prefix (GPT2LMHeadModel /
+// GPT2Model), the Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc,
+// mlp.c_proj) stored transposed as [in, out] and turned into our Linear's
+// [out, in], lm_head.weight absent or equal to wte (tied), and the
+// attn.bias / attn.masked_bias mask buffers ignored. Every tensor is
+// checked before any is copied, in the model's order, so a wrong config
+// raises ShapeError naming the first mismatched tensor with both shapes,
+// and a missing or unexpected tensor raises ValueError naming it; a
+// truncated or corrupt file is refused by the safetensors reader (IoError
+// naming the file). Values are converted to the model's dtype and device.
+// save_hf_gpt2 writes the inverse: "transformer."-prefixed names, Conv1D
+// weights transposed back, no lm_head (HF ties it), metadata format=pt as
+// transformers' loader requires. These are the one place nn reads and
+// writes a file (See Note [Layering of io]): the name mapping belongs to
+// the model, so they sit beside GPT and call io's safetensors functions.
+void load_hf_gpt2(GPT& model, const std::string& path);
+void save_hf_gpt2(const GPT& model, const std::string& path);
+
+// ---- sampling ------------------------------------------------------------------
+
+// Note [Sampling from a GPT]
+// Each new token is drawn from softmax(logits / temperature) restricted to
+// the top_k largest logits (ties broken towards the lower index), so
+// top_k = 1 is greedy argmax whatever the temperature. The draw inverts the
+// cumulative distribution at u = 53 bits of a std::mt19937_64 seeded with
+// `seed`, a fully specified sequence, so a seed gives the same text on every
+// machine. The model sees at most its last block_size tokens, runs in eval
+// mode without autograd, and gets its training mode back afterwards.
+struct SamplingOptions {
+  double temperature = 1.0;  // > 0
+  int64_t top_k = 0;         // > 0: only the k most likely tokens; 0: all
+  // > 0: draw only among the first vocab_limit tokens (a byte-level model
+  // with GPT-2's 50257-row embedding samples bytes); 0: the whole vocabulary.
+  int64_t vocab_limit = 0;
+  uint64_t seed = 0;
+};
+
+// The distribution sample_from draws from; ValueError for a temperature
+// that is not a positive finite number or a negative top_k.
+std::vector<double> sampling_probabilities(const std::vector<float>& logits, double temperature,
+                                           int64_t top_k);
+// The first token whose cumulative probability exceeds u (u in [0, 1)).
+int64_t sample_from(const std::vector<double>& probabilities, double u);
+// prompt (token ids, at least one) continued by n sampled tokens; returns
+// only the n new ones.
+std::vector<int64_t> generate(GPT& model, const std::vector<int64_t>& prompt, int64_t n,
+                              const SamplingOptions& options = {});
 
 }  // namespace ddp::nn::models
