@@ -26,6 +26,8 @@ constexpr const char* kUsage = R"(usage: bench_ddp [options]
   --json FILE             write the figures as one JSON object
   --trace FILE            write the last DDP step's bucket timeline (Chrome trace JSON;
                           FILE.rankR per rank when there are several)
+  --metrics-port PORT     serve Prometheus metrics at /metrics on PORT + local rank
+  --job-name NAME         the metrics' job label (default bench_ddp)
   --help
 )";
 
@@ -92,10 +94,16 @@ Options parse_options(int argc, char** argv) {
       o.json_path = v;
     } else if (a == "--trace") {
       o.trace_path = v;
+    } else if (a == "--metrics-port") {
+      o.metrics_port = to_int(a, v, 1);
+      if (o.metrics_port > 65535) usage_error(fmt::format("--metrics-port: {} is above 65535", v));
+    } else if (a == "--job-name") {
+      o.job_name = v;
     } else {
       usage_error(fmt::format("unknown option '{}'", a));
     }
   }
+  if (!o.job_name.empty() && o.metrics_port == 0) usage_error("--job-name: needs --metrics-port");
   return o;
 }
 

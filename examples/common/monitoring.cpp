@@ -67,13 +67,10 @@ void Monitor::logged(int64_t step, double loss, double lr, double samples_per_s,
   const double exposed_mean = exposed_steps_ > 0 ? exposed_sum_ / double(exposed_steps_) : 0.0;
   exposed_sum_ = 0;
   exposed_steps_ = 0;
+  progress(samples_per_s, peak_memory_mib);
   if (metrics_) {
     metrics_->loss.set(loss);
     metrics_->learning_rate.set(lr);
-    metrics_->samples_per_second.set(samples_per_s);
-    metrics_->peak_memory_bytes.set(peak_memory_mib * (1 << 20));
-    if (metrics_->device_memory_bytes != nullptr)
-      metrics_->device_memory_bytes->set(double(ddp::cuda::memory_stats(device_.index).allocated_bytes));
   }
   if (events_) {
     events_->add_scalar("train/loss", loss, step);
@@ -81,6 +78,14 @@ void Monitor::logged(int64_t step, double loss, double lr, double samples_per_s,
     events_->add_scalar("train/" + rate_name, rate, step);
     events_->add_scalar("comm/exposed_s", exposed_mean, step);
   }
+}
+
+void Monitor::progress(double samples_per_s, double peak_memory_mib) {
+  if (!metrics_) return;
+  metrics_->samples_per_second.set(samples_per_s);
+  metrics_->peak_memory_bytes.set(peak_memory_mib * (1 << 20));
+  if (metrics_->device_memory_bytes != nullptr)
+    metrics_->device_memory_bytes->set(double(ddp::cuda::memory_stats(device_.index).allocated_bytes));
 }
 
 void Monitor::scalar(const std::string& tag, double value, int64_t step) {

@@ -60,6 +60,10 @@ class Monitor {
   void logged(int64_t step, double loss, double lr, double samples_per_s,
               const std::string& rate_name, double rate, double peak_memory_mib);
 
+  // Throughput and memory alone (bench_ddp, which has no loss to report);
+  // logged() calls it too.
+  void progress(double samples_per_s, double peak_memory_mib);
+
   // One more TensorBoard scalar (rank 0; no-op without --tensorboard).
   void scalar(const std::string& tag, double value, int64_t step);
 
