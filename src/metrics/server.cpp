@@ -56,10 +56,11 @@ MetricsServer::MetricsServer(const Registry& registry, int port, const std::stri
   }
   if (bound < 0) {
     const int err = errno;
-    DDP_THROW(IoError, "metrics server: cannot listen on {}:{} ({}){}", host, port,
-              err != 0 ? std::strerror(err) : "bind failed",
-              err == EADDRINUSE ? fmt::format("; port {} is already in use, choose another", port)
-                                : std::string());
+    if (err == EADDRINUSE)
+      DDP_THROW(IoError, "metrics server: port {} is already in use (cannot listen on {}:{}); "
+                "choose another port", port, host, port);
+    DDP_THROW(IoError, "metrics server: cannot listen on {}:{} ({})", host, port,
+              err != 0 ? std::strerror(err) : "bind failed");
   }
   impl_->port = bound;
   impl_->thread = std::thread([impl = impl_.get()] {
