@@ -29,7 +29,7 @@ if(DDP_HAVE_MPI)
              COMMAND /usr/bin/python3 ${_ddp_metrics_py}/prometheus_scrape.py scrape
                      ${DDP_PROMETHEUS} ${MPIEXEC_EXECUTABLE} $<TARGET_FILE:train_resnet>
                      ${_ddp_metrics_work}/prometheus_scrape)
-    set_tests_properties(metrics.prometheus.mpi_np2_scrape PROPERTIES LABELS dist TIMEOUT 300)
+    set_tests_properties(metrics.prometheus.mpi_np2_scrape PROPERTIES LABELS dist TIMEOUT 600)
   else()
     message(WARNING "prometheus not found: metrics.prometheus.mpi_np2_scrape is not registered "
                     "(install Debian's prometheus: tools/install_deps.sh)")

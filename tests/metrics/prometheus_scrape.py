@@ -113,7 +113,7 @@ def scrape(prometheus, mpirun, train, work):
         job = subprocess.Popen(trainer_cmd(mpirun, train, port, 100000), stdout=job_log,
                                stderr=subprocess.STDOUT, env=job_env(), start_new_session=True)
         # Both ranks serve before their first step.
-        deadline = time.time() + 120
+        deadline = time.time() + 240
         for p in (port, port + 1):
             while True:
                 if job.poll() is not None:
@@ -139,7 +139,7 @@ def scrape(prometheus, mpirun, train, work):
                                  f"--web.listen-address=127.0.0.1:{prom_port}"],
                                 stdout=subprocess.DEVNULL, stderr=open(os.path.join(work, "prometheus.log"), "w"),
                                 start_new_session=True)
-        deadline = time.time() + 120
+        deadline = time.time() + 240
         while True:
             if prom.poll() is not None:
                 fail("prometheus exited:\n" + open(os.path.join(work, "prometheus.log")).read())
