@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libopenmpi-dev openmpi-bin
   libfmt-dev libopenblas-dev libdnnl-dev libgloo-dev libgtest-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev
   iproute2
   python3
   dataset-fashion-mnist fortunes

@@ -2,10 +2,10 @@
 
 #include <fmt/format.h>
 
+#include "command_line.h"
+
 #include <cctype>
 #include <climits>
-#include <functional>
-#include <map>
 
 namespace bench {
 
@@ -38,41 +38,40 @@ constexpr const char* kUnsupportedDTypes[] = {"int8",     "i8",   "char",   "uin
 
 constexpr const char* kSupportedDTypes = "float, double, half, bfloat16, int32, int64, uint8";
 
-int64_t parse_int(const std::string& text, const std::string& flag, int64_t lo, int64_t hi) {
-  if (text.empty())
-    throw UsageError(fmt::format("{}: expected a number, got an empty value", flag));
+// Why text is not a whole number in [lo, hi], or "".
+std::string check_int(const std::string& text, int64_t lo, int64_t hi, int64_t& out) {
+  if (text.empty()) return "expected a number, got an empty value";
   size_t i = 0;
   bool neg = false;
   if (text[0] == '-' || text[0] == '+') {
     neg = text[0] == '-';
     ++i;
   }
-  if (i == text.size()) throw UsageError(fmt::format("{}: '{}' is not a number", flag, text));
+  if (i == text.size()) return fmt::format("'{}' is not a number", text);
   int64_t v = 0;
   for (; i < text.size(); ++i) {
     if (!std::isdigit(static_cast<unsigned char>(text[i])))
-      throw UsageError(fmt::format("{}: '{}' is not a whole number", flag, text));
-    if (v > (INT64_MAX - 9) / 10)
-      throw UsageError(fmt::format("{}: '{}' is too large", flag, text));
+      return fmt::format("'{}' is not a whole number", text);
+    if (v > (INT64_MAX - 9) / 10) return fmt::format("'{}' is too large", text);
     v = v * 10 + (text[i] - '0');
   }
   if (neg) v = -v;
   if (v < lo || v > hi)
-    throw UsageError(hi >= INT_MAX
-                         ? fmt::format("{}: {} must be at least {}", flag, text, lo)
-                         : fmt::format("{}: {} must be between {} and {}", flag, text, lo, hi));
-  return v;
+    return hi >= INT_MAX ? fmt::format("{} must be at least {}", text, lo)
+                         : fmt::format("{} must be between {} and {}", text, lo, hi);
+  out = v;
+  return "";
 }
 
-bool parse_bool01(const std::string& text, const std::string& flag) {
-  if (text == "0") return false;
-  if (text == "1") return true;
-  throw UsageError(fmt::format("{}: expected 0 or 1, got '{}'", flag, text));
+// Why text is not 0 or 1, or "".
+std::string check_bool01(const std::string& text, bool& out) {
+  if (text != "0" && text != "1") return fmt::format("expected 0 or 1, got '{}'", text);
+  out = text == "1";
+  return "";
 }
 
-}  // namespace
-
-int64_t parse_size(const std::string& text, const std::string& flag) {
+// Why text is not a size ("8", "64K", "128M", "1G"), or "".
+std::string check_size(const std::string& text, int64_t& out) {
   std::string digits = text;
   int64_t unit = 1;
   if (!digits.empty()) {
@@ -96,12 +95,21 @@ int64_t parse_size(const std::string& text, const std::string& flag) {
   }
   bool all_digits = !digits.empty();
   for (char c : digits) all_digits = all_digits && std::isdigit(static_cast<unsigned char>(c));
-  if (!all_digits)
-    throw UsageError(
-        fmt::format("{}: '{}' is not a size (bytes, optionally with K, M or G)", flag, text));
-  int64_t v = parse_int(digits, flag, 0, INT64_MAX);
-  if (v > INT64_MAX / unit) throw UsageError(fmt::format("{}: '{}' is too large", flag, text));
-  return v * unit;
+  if (!all_digits) return fmt::format("'{}' is not a size (bytes, optionally with K, M or G)", text);
+  int64_t v = 0;
+  if (std::string why = check_int(digits, 0, INT64_MAX, v); !why.empty()) return why;
+  if (v > INT64_MAX / unit) return fmt::format("'{}' is too large", text);
+  out = v * unit;
+  return "";
+}
+
+}  // namespace
+
+int64_t parse_size(const std::string& text, const std::string& flag) {
+  int64_t v = 0;
+  if (std::string why = check_size(text, v); !why.empty())
+    throw UsageError(fmt::format("{}: {}", flag, why));
+  return v;
 }
 
 std::string usage_text() {
@@ -134,129 +142,93 @@ See docs/benchmarks.md.
 
 Options parse_options(int argc, const char* const* argv) {
   Options o;
-  bool max_given = false;
-  using Setter = std::function<void(const std::string& value, const std::string& flag)>;
-  const std::map<std::string, Setter> with_value = {
-      {"minbytes", [&](auto& v, auto& f) { o.min_bytes = parse_size(v, f); }},
-      {"maxbytes",
-       [&](auto& v, auto& f) {
-         o.max_bytes = parse_size(v, f);
-         max_given = true;
-       }},
-      {"stepfactor",
-       [&](auto& v, auto& f) {
-         o.step_factor = parse_int(v, f, INT64_MIN, INT64_MAX);
-         if (o.step_factor < 2)
-           throw UsageError(fmt::format("{}: the step factor must be at least 2, got {}", f, v));
-       }},
-      {"datatype",
-       [&](auto& v, auto& f) {
-         for (const DTypeName& d : kDTypes)
-           if (v == d.name) {
-             o.dtype = d.dtype;
-             o.dtype_label = d.label;
-             return;
-           }
-         for (const char* u : kUnsupportedDTypes)
-           if (v == u)
-             throw UsageError(
-                 fmt::format("{}: dtype '{}' is not supported by libddp collectives "
-                             "(supported: {})",
-                             f, v, kSupportedDTypes));
-         throw UsageError(
-             fmt::format("{}: unknown dtype '{}' (supported: {})", f, v, kSupportedDTypes));
-       }},
-      {"op",
-       [&](auto& v, auto& f) {
-         if (v == "sum")
-           o.op = ReduceOp::sum;
-         else if (v == "avg")
-           o.op = ReduceOp::avg;
-         else if (v == "min")
-           o.op = ReduceOp::min;
-         else if (v == "max")
-           o.op = ReduceOp::max;
-         else if (v == "prod" || v == "product")
-           o.op = ReduceOp::product;
-         else
-           throw UsageError(fmt::format(
-               "{}: unknown reduce op '{}' (supported: sum, avg, min, max, prod)", f, v));
-       }},
-      {"iters", [&](auto& v, auto& f) { o.iters = int(parse_int(v, f, 1, INT_MAX)); }},
-      {"warmup_iters", [&](auto& v, auto& f) { o.warmup = int(parse_int(v, f, 0, INT_MAX)); }},
-      {"check", [&](auto& v, auto& f) { o.check = parse_bool01(v, f); }},
-      {"blocking", [&](auto& v, auto& f) { o.blocking = parse_bool01(v, f); }},
-      {"root", [&](auto& v, auto& f) { o.root = int(parse_int(v, f, 0, INT_MAX)); }},
-      {"rounds", [&](auto& v, auto& f) { o.rounds = int(parse_int(v, f, 1, 1000)); }},
-      {"backend",
-       [&](auto& v, auto& f) {
-         if (v != "mpi" && v != "gloo" && v != "nccl")
-           throw UsageError(
-               fmt::format("{}: unknown backend '{}' (expected mpi, gloo or nccl)", f, v));
-         o.backend = v;
-       }},
-      {"collective",
-       [&](auto& v, auto& f) {
-         auto c = collective_from_name(v);
-         if (!c)
-           throw UsageError(
-               fmt::format("{}: unknown collective '{}' (expected allreduce, "
-                           "broadcast, reduce, allgather, reduce_scatter or "
-                           "all_to_all)",
-                           f, v));
-         o.collective = *c;
-       }},
-      {"json",
-       [&](auto& v, auto& f) {
-         if (v.empty()) throw UsageError(fmt::format("{}: expected a file name", f));
-         o.json_path = v;
-       }},
+  int64_t iters = o.iters, warmup = o.warmup, root = o.root, rounds = o.rounds;
+  ddp_cli::CommandLine args("bench_collectives", "");
+  args.set_usage(usage_text());
+  // An int option checked by check_int into `out`.
+  auto add_int = [&](const char* names, int64_t* out, int64_t lo, int64_t hi) {
+    args.add_value(names, "N", "", "", [out, lo, hi](const std::string& v) {
+      return check_int(v, lo, hi, *out);
+    });
   };
-  const std::map<char, std::string> short_names = {
-      {'b', "minbytes"}, {'e', "maxbytes"}, {'f', "stepfactor"},   {'d', "datatype"},
-      {'o', "op"},       {'n', "iters"},    {'w', "warmup_iters"}, {'c', "check"},
-      {'z', "blocking"}, {'r', "root"}};
-  const std::map<std::string, std::string> aliases = {{"dtype", "datatype"},
-                                                      {"warmup", "warmup_iters"}};
-
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    std::string name, value, flag = arg;
-    bool has_value = false;
-    if (arg == "-h" || arg == "--help") {
+  auto add_bool01 = [&](const char* names, bool* out) {
+    args.add_value(names, "0|1", "", "", [out](const std::string& v) { return check_bool01(v, *out); });
+  };
+  args.add_value("-b,--minbytes", "SIZE", "", "",
+                 [&](const std::string& v) { return check_size(v, o.min_bytes); });
+  args.add_value("-e,--maxbytes", "SIZE", "", "",
+                 [&](const std::string& v) { return check_size(v, o.max_bytes); });
+  args.add_value("-f,--stepfactor", "N", "", "", [&](const std::string& v) {
+    if (std::string why = check_int(v, INT64_MIN, INT64_MAX, o.step_factor); !why.empty())
+      return why;
+    return o.step_factor < 2 ? fmt::format("the step factor must be at least 2, got {}", v)
+                             : std::string();
+  });
+  args.add_value("-d,--datatype,--dtype", "TYPE", "", "", [&](const std::string& v) {
+    for (const DTypeName& d : kDTypes)
+      if (v == d.name) {
+        o.dtype = d.dtype;
+        o.dtype_label = d.label;
+        return std::string();
+      }
+    for (const char* u : kUnsupportedDTypes)
+      if (v == u)
+        return fmt::format("dtype '{}' is not supported by libddp collectives (supported: {})", v,
+                           kSupportedDTypes);
+    return fmt::format("unknown dtype '{}' (supported: {})", v, kSupportedDTypes);
+  });
+  args.add_value("-o,--op", "OP", "", "", [&](const std::string& v) {
+    if (v == "sum")
+      o.op = ReduceOp::sum;
+    else if (v == "avg")
+      o.op = ReduceOp::avg;
+    else if (v == "min")
+      o.op = ReduceOp::min;
+    else if (v == "max")
+      o.op = ReduceOp::max;
+    else if (v == "prod" || v == "product")
+      o.op = ReduceOp::product;
+    else
+      return fmt::format("unknown reduce op '{}' (supported: sum, avg, min, max, prod)", v);
+    return std::string();
+  });
+  add_int("-n,--iters", &iters, 1, INT_MAX);
+  add_int("-w,--warmup_iters,--warmup", &warmup, 0, INT_MAX);
+  add_bool01("-c,--check", &o.check);
+  add_bool01("-z,--blocking", &o.blocking);
+  add_int("-r,--root", &root, 0, INT_MAX);
+  add_int("--rounds", &rounds, 1, 1000);
+  args.add_value("--backend", "NAME", "", "", [&](const std::string& v) {
+    if (v != "mpi" && v != "gloo" && v != "nccl")
+      return fmt::format("unknown backend '{}' (expected mpi, gloo or nccl)", v);
+    o.backend = v;
+    return std::string();
+  });
+  args.add_value("--collective", "NAME", "", "", [&](const std::string& v) {
+    auto c = collective_from_name(v);
+    if (!c)
+      return fmt::format("unknown collective '{}' (expected allreduce, broadcast, reduce, "
+                         "allgather, reduce_scatter or all_to_all)",
+                         v);
+    o.collective = *c;
+    return std::string();
+  });
+  args.add_value("--json", "FILE", "", "", [&](const std::string& v) {
+    if (v.empty()) return std::string("expected a file name");
+    o.json_path = v;
+    return std::string();
+  });
+  try {
+    args.parse(argc, argv);
+  } catch (const ddp_cli::UsageExit& e) {
+    if (e.code == 0) {
       o.help = true;
-      continue;
+      return o;
     }
-    if (arg.size() > 2 && arg.compare(0, 2, "--") == 0) {
-      name = arg.substr(2);
-      if (auto eq = name.find('='); eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-        flag = "--" + name;
-        has_value = true;
-      }
-      if (auto a = aliases.find(name); a != aliases.end()) name = a->second;
-    } else if (arg.size() >= 2 && arg[0] == '-' &&
-               !std::isdigit(static_cast<unsigned char>(arg[1]))) {
-      auto s = short_names.find(arg[1]);
-      if (s == short_names.end()) throw UsageError(fmt::format("unknown option '{}'", arg));
-      name = s->second;
-      flag = arg.substr(0, 2);
-      if (arg.size() > 2) {  // -b8
-        value = arg.substr(2);
-        has_value = true;
-      }
-    } else {
-      throw UsageError(fmt::format("unexpected argument '{}'", arg));
-    }
-    auto setter = with_value.find(name);
-    if (setter == with_value.end()) throw UsageError(fmt::format("unknown option '{}'", flag));
-    if (!has_value) {
-      if (i + 1 >= argc) throw UsageError(fmt::format("{}: missing value", flag));
-      value = argv[++i];
-    }
-    setter->second(value, flag);
+    throw UsageError(e.reason);
   }
+  o.iters = int(iters), o.warmup = int(warmup), o.root = int(root), o.rounds = int(rounds);
+  const bool max_given = args.given("-e,--maxbytes");
 
   if (o.min_bytes < 1) throw UsageError("-b: the smallest size must be at least 1 byte");
   if (!max_given && o.max_bytes < o.min_bytes) o.max_bytes = o.min_bytes;

@@ -2,9 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdlib>
-#include <vector>
-
 #include "ddp/core/error.h"
 
 namespace bench {
@@ -31,79 +28,50 @@ constexpr const char* kUsage = R"(usage: bench_ddp [options]
   --help
 )";
 
-[[noreturn]] void usage_error(const std::string& msg) {
-  throw UsageExit(fmt::format("bench_ddp: {}\n{}", msg, kUsage), 2);
-}
-
-int to_int(const std::string& flag, const std::string& v, int lo) {
-  char* end = nullptr;
-  long x = std::strtol(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0') usage_error(fmt::format("{}: '{}' is not an integer", flag, v));
-  if (x < lo) usage_error(fmt::format("{}: {} must be at least {}", flag, x, lo));
-  return int(x);
-}
-
-double to_double(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  if (v.empty() || *end != '\0') usage_error(fmt::format("{}: '{}' is not a number", flag, v));
-  return x;
-}
-
 }  // namespace
 
 Options parse_options(int argc, char** argv) {
   Options o;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") throw UsageExit(kUsage, 0);
-    if (a.rfind("--", 0) != 0) usage_error(fmt::format("unexpected argument '{}'", a));
-    if (i + 1 >= args.size()) usage_error(fmt::format("{}: missing value", a));
-    const std::string& v = args[++i];
-    if (a == "--model") {
-      if (v != "resnet20" && v != "resnet50" && v != "gpt-tiny" && v != "gpt2")
-        usage_error(fmt::format("unknown model '{}'", v));
-      o.model = v;
-    } else if (a == "--backend") {
-      o.backend = v;
-    } else if (a == "--device") {
-      if (v == "cpu") o.device = ddp::Device::cpu();
-      else if (v == "cuda") o.device = ddp::Device::cuda(0);
-      else usage_error(fmt::format("unknown device '{}'", v));
-    } else if (a == "--batch-size") {
-      o.batch_size = to_int(a, v, 1);
-    } else if (a == "--image-size") {
-      o.image_size = to_int(a, v, 8);
-    } else if (a == "--seq-len") {
-      o.seq_len = to_int(a, v, 1);
-    } else if (a == "--steps") {
-      o.steps = to_int(a, v, 1);
-    } else if (a == "--warmup") {
-      o.warmup = to_int(a, v, 0);
-    } else if (a == "--bucket-cap-mb") {
-      o.bucket_cap_mb = to_double(a, v);
-      if (!(o.bucket_cap_mb > 0)) usage_error(fmt::format("--bucket-cap-mb: {} must be > 0", v));
-    } else if (a == "--simulate-link") {
-      try {
-        o.link = LinkModel::parse(v);
-      } catch (const ddp::Error& e) {
-        usage_error(e.what());
-      }
-    } else if (a == "--json") {
-      o.json_path = v;
-    } else if (a == "--trace") {
-      o.trace_path = v;
-    } else if (a == "--metrics-port") {
-      o.metrics_port = to_int(a, v, 1);
-      if (o.metrics_port > 65535) usage_error(fmt::format("--metrics-port: {} is above 65535", v));
-    } else if (a == "--job-name") {
-      o.job_name = v;
-    } else {
-      usage_error(fmt::format("unknown option '{}'", a));
+  int64_t batch_size = o.batch_size, image_size = o.image_size, seq_len = o.seq_len,
+          steps = o.steps, warmup = o.warmup, metrics_port = o.metrics_port;
+  ArgParser args("bench_ddp", "");
+  args.set_usage(kUsage);
+  args.usage_on_error();
+  args.add_string("--model", &o.model, "", {"resnet20", "resnet50", "gpt-tiny", "gpt2"});
+  args.add_string("--backend", &o.backend, "");
+  args.add_value("--device", "cpu|cuda", "", "cpu", [&](const std::string& v) {
+    if (v == "cpu")
+      o.device = ddp::Device::cpu();
+    else if (v == "cuda")
+      o.device = ddp::Device::cuda(0);
+    else
+      return fmt::format("unknown device '{}'", v);
+    return std::string();
+  });
+  args.add_int("--batch-size", &batch_size, "", 1);
+  args.add_int("--image-size", &image_size, "", 8);
+  args.add_int("--seq-len", &seq_len, "", 1);
+  args.add_int("--steps", &steps, "", 1);
+  args.add_int("--warmup", &warmup, "", 0);
+  args.add_double("--bucket-cap-mb", &o.bucket_cap_mb, "", 0.0, /*exclusive=*/true);
+  args.add_value("--simulate-link", "B,L,N", "", "", [&](const std::string& v) {
+    try {
+      o.link = LinkModel::parse(v);
+    } catch (const ddp::Error& e) {
+      return std::string(e.what());
     }
-  }
-  if (!o.job_name.empty() && o.metrics_port == 0) usage_error("--job-name: needs --metrics-port");
+    return std::string();
+  });
+  args.add_string("--json", &o.json_path, "");
+  args.add_string("--trace", &o.trace_path, "");
+  args.add_int("--metrics-port", &metrics_port, "", 1);
+  args.add_string("--job-name", &o.job_name, "");
+  args.parse(argc, argv);
+  if (metrics_port > 65535) args.fail(fmt::format("--metrics-port: {} is above 65535", metrics_port));
+  if (args.given("--job-name") && !args.given("--metrics-port"))
+    args.fail("--job-name: needs --metrics-port");
+  o.batch_size = int(batch_size), o.image_size = int(image_size), o.seq_len = int(seq_len);
+  o.steps = int(steps), o.warmup = int(warmup), o.metrics_port = int(metrics_port);
   return o;
 }
 

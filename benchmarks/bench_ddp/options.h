@@ -2,9 +2,9 @@
 // bench_ddp's command line.
 
 #include <optional>
-#include <stdexcept>
 #include <string>
 
+#include "common/cli.h"  // UsageExit
 #include "ddp/core/device.h"
 #include "simulated_link.h"
 
@@ -26,12 +26,7 @@ struct Options {
   std::string job_name;            // the metrics' job label; empty: bench_ddp
 };
 
-// --help, or a bad command line: the text to print and the exit status.
-struct UsageExit : std::runtime_error {
-  UsageExit(const std::string& text, int c) : std::runtime_error(text), code(c) {}
-  int code;
-};
-
+// Raises UsageExit on --help or a bad command line (See Note [Usage errors exit 2]).
 Options parse_options(int argc, char** argv);
 
 }  // namespace bench

@@ -15,7 +15,8 @@ void add_common_options(ArgParser& args, CommonOptions& o, const std::string& sa
   args.add_int("--steps", &o.steps, "timed steps", 1);
   args.add_int("--threads", &o.threads, "CPU threads (default: OMP_NUM_THREADS or all cores)", 0);
   args.add_double("--peak-tflops", &o.peak_tflops,
-                  "device peak in TFLOP/s for MFU (default: the GPU table; none on CPU)", 0.0);
+                  "device peak in TFLOP/s for MFU (default: the GPU table; none on CPU)", 0.0,
+                  /*exclusive=*/true);
   args.add_string("--json", &o.json_path, "write the results as one JSON object to FILE", {},
                   "FILE");
   args.add_flag("--dry-run", &o.dry_run,

@@ -61,6 +61,7 @@
 #include <thread>
 #include <vector>
 
+#include "command_line.h"
 #include "ddp/core/error.h"
 #include "ddp/dist/rendezvous.h"
 #include "ddp/dist/tcp_store.h"
@@ -93,70 +94,49 @@ struct Options {
   std::exit(2);
 }
 
-bool parse_int(const std::string& s, long lo, long hi, int& out) {
-  if (s.empty()) return false;
+// Why text is not a whole number in [lo, hi] (then out is unchanged), or "".
+std::string check_int(const std::string& text, long lo, long hi, int& out) {
   char* end = nullptr;
   errno = 0;
-  long v = std::strtol(s.c_str(), &end, 10);
-  if (errno != 0 || *end != '\0' || v < lo || v > hi) return false;
+  const long v = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || errno != 0 || *end != '\0' || v < lo || v > hi)
+    return "bad value '" + text + "'";
   out = int(v);
-  return true;
+  return "";
 }
 
 Options parse_args(int argc, char** argv) {
   Options o;
-  bool have_nproc = false, have_port = false;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg.rfind("--", 0) != 0) break;  // the program
-    // Accept "--flag value", "--flag=value" and torchrun's underscores.
-    std::string name = arg, value;
-    bool inline_value = false;
-    if (auto eq = arg.find('='); eq != std::string::npos) {
-      name = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      inline_value = true;
-    }
-    for (char& c : name)
-      if (c == '_') c = '-';
-    if (!inline_value) {
-      if (i + 1 >= argc) usage_error(name + " needs a value");
-      value = argv[++i];
-    }
-    auto bad = [&] { usage_error("bad value '" + value + "' for " + name); };
-    if (name == "--nproc-per-node") {
-      if (!parse_int(value, 1, 1 << 16, o.nproc)) bad();
-      have_nproc = true;
-    } else if (name == "--nnodes") {
-      if (!parse_int(value, 1, 1 << 16, o.nnodes)) bad();
-    } else if (name == "--node-rank") {
-      if (!parse_int(value, 0, 1 << 16, o.node_rank)) bad();
-    } else if (name == "--master-addr") {
-      if (value.empty()) bad();
-      o.master_addr = value;
-    } else if (name == "--master-port") {
-      if (!parse_int(value, 0, 65535, o.master_port)) bad();
-      have_port = true;
-    } else if (name == "--max-restarts") {
-      if (!parse_int(value, 0, 1 << 20, o.max_restarts)) bad();
-    } else if (name == "--rdzv-timeout") {
-      char* end = nullptr;
-      o.rdzv_timeout_s = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || !(o.rdzv_timeout_s > 0)) bad();
-    } else {
-      usage_error("unknown option " + name);
-    }
+  // "--flag value", "--flag=value" and torchrun's underscores; the first
+  // argument that is not an option (or the one after "--") is the program.
+  ddp_cli::CommandLine cli("ddprun", "");
+  cli.set_usage(kUsage);
+  cli.usage_on_error();
+  cli.stop_at_command();
+  auto add_int = [&](const char* names, int* out, long lo, long hi) {
+    cli.add_value(names, "N", "", "",
+                  [out, lo, hi](const std::string& v) { return check_int(v, lo, hi, *out); });
+  };
+  add_int("--nproc-per-node,--nproc_per_node", &o.nproc, 1, 1 << 16);
+  add_int("--nnodes", &o.nnodes, 1, 1 << 16);
+  add_int("--node-rank,--node_rank", &o.node_rank, 0, 1 << 16);
+  cli.add_value("--master-addr,--master_addr", "HOST", "", "", [&](const std::string& v) {
+    if (v.empty()) return std::string("bad value ''");
+    o.master_addr = v;
+    return std::string();
+  });
+  add_int("--master-port,--master_port", &o.master_port, 0, 65535);
+  add_int("--max-restarts,--max_restarts", &o.max_restarts, 0, 1 << 20);
+  cli.add_double("--rdzv-timeout,--rdzv_timeout", &o.rdzv_timeout_s, "", 0.0, /*exclusive=*/true);
+  try {
+    cli.parse(argc, argv);
+  } catch (const ddp_cli::UsageExit& e) {
+    std::fputs(e.what(), e.code == 0 ? stdout : stderr);
+    std::exit(e.code);
   }
-  for (; i < argc; ++i) o.command.emplace_back(argv[i]);
+  o.command = cli.command();
+  const bool have_nproc = cli.given("--nproc-per-node,--nproc_per_node");
+  const bool have_port = cli.given("--master-port,--master_port");
   if (!have_nproc) usage_error("--nproc-per-node is required");
   if (o.command.empty()) usage_error("no program given");
   if (o.node_rank >= o.nnodes) usage_error("--node-rank must be below --nnodes");

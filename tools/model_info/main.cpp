@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "command_line.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/models/gpt.h"
 #include "ddp/nn/models/resnet.h"
@@ -26,11 +27,12 @@ std::string with_commas(int64_t n) {
   return s;
 }
 
-int usage(const char* why) {
-  std::fprintf(stderr,
-               "model_info: %s\nusage: model_info MODEL [--in-channels N] [--classes N] [--names]\n"
-               "models: resnet18 resnet34 resnet50 resnet101 resnet20 resnet32 resnet56 gpt2_124m\n",
-               why);
+constexpr const char* kUsage =
+    "usage: model_info MODEL [--in-channels N] [--classes N] [--names]\n"
+    "models: resnet18 resnet34 resnet50 resnet101 resnet20 resnet32 resnet56 gpt2_124m\n";
+
+int usage(const std::string& why) {
+  std::fprintf(stderr, "model_info: %s\n%s", why.c_str(), kUsage);
   return 2;
 }
 
@@ -42,24 +44,21 @@ int main(int argc, char** argv) {
   const std::string name = argv[1];
   ResNetOptions imagenet, cifar{3, 10};
   bool names = false;
-  for (int i = 2; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> int64_t {
-      if (i + 1 >= argc) std::exit(usage((a + " needs a value").c_str()));
-      char* end = nullptr;
-      const long long v = std::strtoll(argv[++i], &end, 10);
-      if (!end || *end || v < 1) std::exit(usage((a + " needs a positive integer").c_str()));
-      return v;
-    };
-    if (a == "--in-channels")
-      imagenet.in_channels = cifar.in_channels = value();
-    else if (a == "--classes")
-      imagenet.num_classes = cifar.num_classes = value();
-    else if (a == "--names")
-      names = true;
-    else
-      return usage(("unknown option " + a).c_str());
+  int64_t in_channels = imagenet.in_channels, classes = imagenet.num_classes;
+  ddp_cli::CommandLine cli("model_info", "");
+  cli.set_usage(kUsage);
+  cli.usage_on_error();
+  cli.add_int("--in-channels", &in_channels, "", 1);
+  cli.add_int("--classes", &classes, "", 1);
+  cli.add_flag("--names", &names, "");
+  try {
+    cli.parse(argc - 1, argv + 1);  // after MODEL
+  } catch (const ddp_cli::UsageExit& e) {
+    std::fputs(e.what(), e.code == 0 ? stdout : stderr);
+    return e.code;
   }
+  if (cli.given("--in-channels")) imagenet.in_channels = cifar.in_channels = in_channels;
+  if (cli.given("--classes")) imagenet.num_classes = cifar.num_classes = classes;
   const std::map<std::string, std::function<std::shared_ptr<ddp::nn::Module>()>> models = {
       {"resnet18", [&] { return resnet18(imagenet); }},
       {"resnet34", [&] { return resnet34(imagenet); }},
