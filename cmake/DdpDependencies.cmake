@@ -62,3 +62,12 @@ if(NOT DDP_WITH_GLOO STREQUAL "OFF")
   set(_gloo_found ${Gloo_FOUND})
 endif()
 ddp_resolve_option(GLOO "${_gloo_found}")
+
+# ---- cpp-httplib (the metrics server, src/metrics/server.cpp) ----------------
+# Debian's libcpp-httplib-dev: a header plus libcpp-httplib.so, whose
+# compile definitions (OpenSSL, zlib, brotli) come from pkg-config.
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
+if(NOT HTTPLIB_FOUND)
+  message(FATAL_ERROR "cpp-httplib not found: install libcpp-httplib-dev (tools/install_deps.sh)")
+endif()

@@ -12,6 +12,7 @@ packages=(
   python3
   dataset-fashion-mnist fortunes
   python3-matplotlib
+  libcpp-httplib-dev prometheus python3-pip
 )
 
 missing=()
@@ -21,19 +22,30 @@ done
 
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install_deps: all ${#packages[@]} packages already installed"
-  exit 0
-fi
-
-if [ "$(id -u)" -ne 0 ]; then
+elif [ "$(id -u)" -ne 0 ]; then
   echo "install_deps: missing packages (${missing[*]}); run this script as root" >&2
   exit 1
+else
+  echo "install_deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-
-echo "install_deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
 
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "install_deps: note: no CUDA toolkit at /usr/local/cuda; libddp builds CPU-only"
+fi
+
+# PyPI: TensorBoard, whose event reader tests/metrics/tensorboard_readback.py
+# uses to check the trainers' event files. Installed for Debian's
+# /usr/bin/python3 (the interpreter CTest runs), system-wide, hence
+# --break-system-packages (Debian 12 marks its Python externally managed).
+if ! /usr/bin/python3 -c "import tensorboard" 2>/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install_deps: the Python package tensorboard is missing; run this script as root" >&2
+    exit 1
+  fi
+  echo "install_deps: installing tensorboard from PyPI"
+  /usr/bin/python3 -m pip install --quiet --break-system-packages --root-user-action=ignore \
+    "tensorboard>=2.14,<3"
 fi

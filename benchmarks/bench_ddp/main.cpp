@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "bench_model.h"
+#include "common/monitoring.h"
+#include "common/metrics.h"
 #include "ddp/io/json.h"
 #include "ddp/dist/init.h"
 #include "ddp/optim/sgd.h"
@@ -151,6 +153,10 @@ int run(const Options& o) {
     link_text = o.link->describe();
   }
   const bool rank0 = world.rank() == 0;
+  // See Note [Monitoring starts on every rank or on none].
+  examples::Monitor monitor(
+      {.metrics_port = o.metrics_port, .job_name = o.job_name, .tensorboard_dir = ""}, world,
+      "bench_ddp");
 
   BenchModel plain = make_bench_model(o);
   BenchModel wrapped = make_bench_model(o);
@@ -179,7 +185,9 @@ int run(const Options& o) {
   // How long backward waited for communication after its last gradient was
   // ready: the exposed communication as the bucket timeline sees it.
   std::vector<double> tail_waits;
+  int64_t synced_steps = 0;
   auto step_synced = [&] {
+    const auto start = Clock::now();
     step_ddp();
     bw_start_ddp = bw_start;
     bw_end_ddp = bw_end;
@@ -187,6 +195,14 @@ int run(const Options& o) {
     for (const auto& b : ddp_model->reducer().last_timeline())
       last_ready = std::max(last_ready, b.ready);
     tail_waits.push_back(seconds(bw_end - last_ready));
+    if (monitor.serving()) {  // the step's own figures; the clock stops before this
+      const double step_s = seconds(Clock::now() - start);
+      monitor.step_done(step_s, ddp_model->reducer().last_timeline(), bw_end);
+      // Memory is read every 10 steps: /proc is slower than a tiny step.
+      if (synced_steps++ % 10 == 0)
+        monitor.progress(double(o.batch_size) * world.size() / step_s,
+                         examples::peak_memory_mib(o.device));
+    }
   };
   auto step_no_sync = [&] {
     auto guard = ddp_model->no_sync();

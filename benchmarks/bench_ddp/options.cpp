@@ -23,6 +23,8 @@ constexpr const char* kUsage = R"(usage: bench_ddp [options]
   --json FILE             write the figures as one JSON object
   --trace FILE            write the last DDP step's bucket timeline (Chrome trace JSON;
                           FILE.rankR per rank when there are several)
+  --metrics-port PORT     serve Prometheus metrics at /metrics on PORT + local rank
+  --job-name NAME         the metrics' job label (default bench_ddp)
   --help
 )";
 
@@ -31,7 +33,7 @@ constexpr const char* kUsage = R"(usage: bench_ddp [options]
 Options parse_options(int argc, char** argv) {
   Options o;
   int64_t batch_size = o.batch_size, image_size = o.image_size, seq_len = o.seq_len,
-          steps = o.steps, warmup = o.warmup;
+          steps = o.steps, warmup = o.warmup, metrics_port = o.metrics_port;
   ArgParser args("bench_ddp", "");
   args.set_usage(kUsage);
   args.usage_on_error();
@@ -62,9 +64,14 @@ Options parse_options(int argc, char** argv) {
   });
   args.add_string("--json", &o.json_path, "");
   args.add_string("--trace", &o.trace_path, "");
+  args.add_int("--metrics-port", &metrics_port, "", 1);
+  args.add_string("--job-name", &o.job_name, "");
   args.parse(argc, argv);
+  if (metrics_port > 65535) args.fail(fmt::format("--metrics-port: {} is above 65535", metrics_port));
+  if (args.given("--job-name") && !args.given("--metrics-port"))
+    args.fail("--job-name: needs --metrics-port");
   o.batch_size = int(batch_size), o.image_size = int(image_size), o.seq_len = int(seq_len);
-  o.steps = int(steps), o.warmup = int(warmup);
+  o.steps = int(steps), o.warmup = int(warmup), o.metrics_port = int(metrics_port);
   return o;
 }
 

@@ -22,6 +22,8 @@ struct Options {
   double bucket_cap_mb = 25.0;
   std::optional<LinkModel> link;
   std::string json_path, trace_path;
+  int metrics_port = 0;            // 0: off; rank r serves PORT + local rank
+  std::string job_name;            // the metrics' job label; empty: bench_ddp
 };
 
 // Raises UsageExit on --help or a bad command line (See Note [Usage errors exit 2]).

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "common/metrics.h"
+#include "common/monitoring.h"
 #include "common/trainer_util.h"
 #include "ddp/ddp.h"
 #include "ddp/amp/autocast.h"
@@ -164,6 +165,11 @@ int run(const Options& o) {
   const auto micro_or = examples::per_rank_batch(o.batch_size, world, o.grad_accum, "train_gpt");
   if (!micro_or) return 2;
   const int64_t micro = *micro_or;
+  // Before any data or model work: a taken port or an unwritable folder
+  // stops every rank now (Note [Monitoring starts on every rank or on none]).
+  examples::Monitor monitor({.metrics_port = o.metrics_port, .job_name = o.job_name,
+                             .tensorboard_dir = o.tensorboard},
+                            world, "train_gpt");
   manual_seed(uint64_t(o.seed));
 
   const int64_t T = config.block_size;
@@ -206,6 +212,9 @@ int run(const Options& o) {
     if (o.print_params)
       for (const auto& [name, p] : model->named_parameters())
         std::printf("  %-40s %s\n", name.c_str(), p.describe().c_str());
+    if (monitor.serving())
+      std::printf("metrics: rank 0 serves http://0.0.0.0:%d/metrics (rank r: port %lld + local rank)\n",
+                  monitor.port(), (long long)o.metrics_port);
     std::fflush(stdout);
   }
   parallel::DistributedDataParallel ddp_model(model, world.group, {.bucket_cap_mb = o.bucket_cap_mb});
@@ -266,7 +275,7 @@ int run(const Options& o) {
   const int64_t tokens_per_step = o.batch_size * T;
   Tensor loss_acc = Tensor::zeros({}, TensorOptions(kFloat32).device(world.device));
   int64_t acc_steps = 0;
-  examples::Stopwatch train_clock, interval_clock;
+  examples::Stopwatch train_clock, interval_clock, step_clock;
   double train_s = 0, grad_norm = 0;
   int64_t interval_start = step;
   std::optional<double> val_loss;
@@ -283,6 +292,7 @@ int run(const Options& o) {
     // would otherwise accumulate into the next epoch's first step.
     int64_t batches_left = steps_per_epoch * o.grad_accum - skip;
     train_clock.reset();
+    step_clock.reset();
     for (const data::Batch& b : loader) {
       if (skip > 0) { --skip; continue; }
       if (batches_left-- == 0) break;
@@ -296,6 +306,7 @@ int run(const Options& o) {
         loss = lm_loss(ddp_model(b.input), b.target);
       }
       scaler.scale(loss * (1.0 / double(o.grad_accum))).backward();
+      const auto backward_end = examples::Monitor::Clock::now();
       {
         NoGradGuard no_grad;
         loss_acc.add_(loss.detach().to(kFloat32), 1.0 / double(o.grad_accum));
@@ -312,6 +323,9 @@ int run(const Options& o) {
       sched.step();
       ++step;
       ++acc_steps;
+      // The timeline is the synchronised (last) micro-batch's backward.
+      monitor.step_done(step_clock.seconds(), ddp_model.reducer().last_timeline(), backward_end);
+      step_clock.reset();
       if (step % o.log_every == 0 || step == stop_step) {
         auto sums = examples::allreduce_sum(world, {double(loss_acc.item<float>()), double(acc_steps)});
         loss_acc.zero_();
@@ -323,6 +337,8 @@ int run(const Options& o) {
         interval_start = step;
         const double elapsed = train_s + train_clock.seconds();
         const double lr = opt.param_groups()[0].lr.value_or(o.lr);
+        const double memory_mib = examples::peak_memory_mib(world.device);
+        monitor.logged(step, mean_loss, lr, rate / double(T), "tokens_per_s", rate, memory_mib);
         if (lead) {
           const double eta = elapsed / double(step - first_step) * double(stop_step - step);
           examples::print_progress({.epoch = epoch + 1, .epochs = epochs, .step = step,
@@ -336,7 +352,7 @@ int run(const Options& o) {
                             .add("tokens_per_s", rate)
                             .add("grad_norm", grad_norm)
                             .add("loss_scale", scaler.get_scale())
-                            .add("memory_mib", examples::peak_memory_mib(world.device)));
+                            .add("memory_mib", memory_mib));
         }
       }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch);
@@ -344,6 +360,7 @@ int run(const Options& o) {
         train_s += train_clock.seconds();
         examples::Stopwatch eval_clock;
         val_loss = validate(*model, val, o, micro, world);
+        monitor.scalar("val/loss", *val_loss, step);
         if (lead) std::printf("step %lld: val loss %.4f\n", (long long)step, *val_loss);
         interval_clock.exclude(eval_clock.seconds());
         train_clock.reset();
@@ -353,6 +370,7 @@ int run(const Options& o) {
     train_s += train_clock.seconds();
   }
   val_loss = validate(*model, val, o, micro, world);
+  monitor.scalar("val/loss", *val_loss, step);
   if (!o.checkpoint_dir.empty() && step > first_step) save(step / steps_per_epoch);
 
   const double tokens_per_s =

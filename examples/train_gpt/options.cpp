@@ -48,6 +48,10 @@ Options parse_options(int argc, char** argv) {
   cli.add_int("--checkpoint-every", &o.checkpoint_every, "also save every N steps (0: only at the end)", 0);
   cli.add_flag("--resume", &o.resume, "continue from the checkpoint in --checkpoint-dir if there is one");
   cli.add_string("--metrics", &o.metrics, "write one JSON line per logged step to this file");
+  cli.add_int("--metrics-port", &o.metrics_port,
+              "serve Prometheus metrics at /metrics on PORT + local rank (0: off)", 0);
+  cli.add_string("--job-name", &o.job_name, "the job label of the metrics (default: train_gpt)");
+  cli.add_string("--tensorboard", &o.tensorboard, "write TensorBoard scalars (rank 0) to this folder");
   cli.add_int("--log-every", &o.log_every, "steps between progress lines and metrics lines", 1);
   cli.add_int("--eval-every", &o.eval_every, "steps between validation passes (0: only at the end)", 0);
   cli.add_int("--val-batches", &o.val_batches, "validation batches per rank (0: the whole split)", 0);
@@ -71,6 +75,8 @@ Options parse_options(int argc, char** argv) {
                 });
   cli.add_int("--top-k", &o.top_k, "sample among the K most likely bytes (default: all)", 1);
   cli.parse(argc, argv);
+  if (o.metrics_port > 65535) cli.fail("--metrics-port: " + std::to_string(o.metrics_port) + " is above 65535");
+  if (cli.given("--job-name") && o.metrics_port == 0) cli.fail("--job-name: needs --metrics-port");
   if (o.model == "custom" && (o.n_layer == 0 || o.n_head == 0 || o.n_embd == 0 || o.block_size == 0))
     cli.fail("--model custom: needs --n-layer, --n-head, --n-embd and --block-size");
   if (o.resume && o.checkpoint_dir.empty()) cli.fail("--resume: needs --checkpoint-dir");

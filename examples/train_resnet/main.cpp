@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "common/metrics.h"
+#include "common/monitoring.h"
 #include "common/trainer_util.h"
 #include "ddp/ddp.h"
 #include "ddp/amp/autocast.h"
@@ -154,6 +155,11 @@ int run(const Options& o) {
   const auto batch_or = examples::per_rank_batch(o.batch_size, world, 1, "train_resnet");
   if (!batch_or) return 2;
   const int64_t local_batch = *batch_or;
+  // Before any data or model work: a taken port or an unwritable folder
+  // stops every rank now (Note [Monitoring starts on every rank or on none]).
+  examples::Monitor monitor({.metrics_port = o.metrics_port, .job_name = o.job_name,
+                             .tensorboard_dir = o.tensorboard},
+                            world, "train_resnet");
   manual_seed(uint64_t(o.seed));
 
   Data d = load_data(o);
@@ -172,6 +178,9 @@ int run(const Options& o) {
     if (o.print_params)
       for (const auto& [name, p] : model->named_parameters())
         std::printf("  %-40s %s\n", name.c_str(), p.describe().c_str());
+    if (monitor.serving())
+      std::printf("metrics: rank 0 serves http://0.0.0.0:%d/metrics (rank r: port %lld + local rank)\n",
+                  monitor.port(), (long long)o.metrics_port);
     std::fflush(stdout);
   }
   parallel::DistributedDataParallel ddp_model(model, world.group,
@@ -233,7 +242,7 @@ int run(const Options& o) {
   examples::MetricsFile metrics(o.metrics, rank, /*append=*/step > 0);
   Tensor loss_acc = Tensor::zeros({}, TensorOptions(kFloat32).device(world.device));
   int64_t acc_steps = 0;
-  examples::Stopwatch train_clock, interval_clock;
+  examples::Stopwatch train_clock, interval_clock, step_clock;
   double train_s = 0;
   int64_t interval_start = step;
   std::optional<EvalResult> result;
@@ -247,6 +256,7 @@ int run(const Options& o) {
     loader.set_epoch(epoch);
     int64_t skip = step - epoch * steps_per_epoch;  // batches already done before a resume
     train_clock.reset();
+    step_clock.reset();
     for (const data::Batch& b : loader) {
       if (skip > 0) { --skip; continue; }
       Tensor x = o.channels_last ? F::to_channels_last(b.input) : b.input;
@@ -258,10 +268,13 @@ int run(const Options& o) {
       }
       opt.zero_grad();
       scaler.scale(loss).backward();
+      const auto backward_end = examples::Monitor::Clock::now();
       scaler.step(opt);
       scaler.update();
       sched.step();
       ++step;
+      monitor.step_done(step_clock.seconds(), ddp_model.reducer().last_timeline(), backward_end);
+      step_clock.reset();
       {
         NoGradGuard no_grad;
         loss_acc.add_(loss.detach().to(kFloat32));
@@ -279,19 +292,21 @@ int run(const Options& o) {
         interval_start = step;
         const double elapsed = train_s + train_clock.seconds();
         const double eta = elapsed / double(step - first_step) * double(stop_step - step);
+        const double lr = opt.param_groups()[0].lr.value_or(o.lr);
+        const double memory_mib = examples::peak_memory_mib(world.device);
+        monitor.logged(step, mean_loss, lr, rate, "images_per_s", rate, memory_mib);
         if (lead) {
           examples::print_progress({.epoch = epoch + 1, .epochs = o.epochs, .step = step,
-                                    .total_steps = stop_step, .loss = mean_loss,
-                                    .lr = opt.param_groups()[0].lr.value_or(o.lr), .rate = rate,
-                                    .eta_s = eta});
+                                    .total_steps = stop_step, .loss = mean_loss, .lr = lr,
+                                    .rate = rate, .eta_s = eta});
           metrics.write(JsonObject()
                             .add("step", step)
                             .add("epoch", double(step) / double(steps_per_epoch))
                             .add("loss", mean_loss)
-                            .add("lr", opt.param_groups()[0].lr.value_or(o.lr))
+                            .add("lr", lr)
                             .add("images_per_s", rate)
                             .add("loss_scale", scaler.get_scale())
-                            .add("memory_mib", examples::peak_memory_mib(world.device)));
+                            .add("memory_mib", memory_mib));
         }
       }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch);
@@ -302,6 +317,8 @@ int run(const Options& o) {
       examples::Stopwatch eval_clock;
       result = evaluate(*model, d, o, world);
       interval_clock.exclude(eval_clock.seconds());
+      monitor.scalar("test/accuracy", result->accuracy, step);
+      monitor.scalar("test/loss", result->loss, step);
       if (lead) {
         std::printf("epoch %lld: test accuracy %.2f%%  test loss %.4f  (%lld images)\n",
                     (long long)(epoch + 1), 100 * result->accuracy, result->loss,
@@ -310,7 +327,11 @@ int run(const Options& o) {
       }
     }
   }
-  if (step > first_step && step % steps_per_epoch != 0) result = evaluate(*model, d, o, world);
+  if (step > first_step && step % steps_per_epoch != 0) {
+    result = evaluate(*model, d, o, world);
+    monitor.scalar("test/accuracy", result->accuracy, step);
+    monitor.scalar("test/loss", result->loss, step);
+  }
   if (!result) result = evaluate(*model, d, o, world);  // nothing left to train: just evaluate
   if (!o.checkpoint_dir.empty() && step > first_step) save(step / steps_per_epoch);
 

@@ -37,6 +37,10 @@ Options parse_options(int argc, char** argv) {
   cli.add_int("--checkpoint-every", &o.checkpoint_every, "also save every N steps (0: only at the end)", 0);
   cli.add_flag("--resume", &o.resume, "continue from the checkpoint in --checkpoint-dir if there is one");
   cli.add_string("--metrics", &o.metrics, "write one JSON line per logged step to this file");
+  cli.add_int("--metrics-port", &o.metrics_port,
+              "serve Prometheus metrics at /metrics on PORT + local rank (0: off)", 0);
+  cli.add_string("--job-name", &o.job_name, "the job label of the metrics (default: train_resnet)");
+  cli.add_string("--tensorboard", &o.tensorboard, "write TensorBoard scalars (rank 0) to this folder");
   cli.add_int("--log-every", &o.log_every, "steps between progress lines and metrics lines", 1);
   cli.add_flag("--print-params", &o.print_params, "print every parameter's name and shape");
   cli.add_int("--seed", &o.seed, "seed of the initial weights, shuffling and augmentation", 0);
@@ -45,6 +49,8 @@ Options parse_options(int argc, char** argv) {
   cli.add_int("--synthetic-size", &o.synthetic_size, "training images of --data synthetic", 1);
   cli.add_int("--image-size", &o.image_size, "synthetic image size (0: 32 or 224 by model)", 0);
   cli.parse(argc, argv);
+  if (o.metrics_port > 65535) cli.fail("--metrics-port: " + std::to_string(o.metrics_port) + " is above 65535");
+  if (cli.given("--job-name") && o.metrics_port == 0) cli.fail("--job-name: needs --metrics-port");
   if (o.resume && o.checkpoint_dir.empty()) cli.fail("--resume: needs --checkpoint-dir");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     cli.fail("--checkpoint-every: needs --checkpoint-dir");

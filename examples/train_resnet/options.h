@@ -28,6 +28,9 @@ struct Options {
   int64_t checkpoint_every = 0;    // steps; 0: only at the end
   bool resume = false;
   std::string metrics;
+  int64_t metrics_port = 0;       // 0: off; rank r serves PORT + local rank
+  std::string job_name;            // Prometheus `job` label; empty: the program's name
+  std::string tensorboard;         // event-file folder (rank 0); empty: off
   int64_t log_every = 20;
   bool print_params = false;
   int64_t seed = 0;
