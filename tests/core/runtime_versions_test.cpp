@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <string>
+#include <vector>
 
 #include "ddp/config.h"
 #include "ddp/tensor/cuda.h"
