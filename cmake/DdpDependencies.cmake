@@ -71,3 +71,32 @@ pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
 if(NOT HTTPLIB_FOUND)
   message(FATAL_ERROR "cpp-httplib not found: install libcpp-httplib-dev (tools/install_deps.sh)")
 endif()
+
+# ---- run-time path of cuDNN and NCCL -----------------------------------------
+# Note [cuDNN and NCCL on the run-time path]
+# cuDNN and NCCL may come from outside the system's library path, typically
+# PyTorch's pip wheels (site-packages/nvidia/cudnn/lib, .../nccl/lib).
+# Every program and libddp itself gets their folders in its RPATH (the build
+# tree's and the installed one's), so nothing needs LD_LIBRARY_PATH and the
+# copy that runs is the one the headers came from. cuDNN 9's libcudnn.so.9
+# then opens its sub-libraries (libcudnn_graph.so.9, libcudnn_engines_*.so.9,
+# libcudnn_ops.so.9, ...) with dlopen; those are looked up through
+# libcudnn's own RUNPATH ($ORIGIN in NVIDIA's wheels and tarballs), not
+# ours, so a libcudnn without it is reported here: it would then need its
+# folder in LD_LIBRARY_PATH. ddp_info prints which files were loaded.
+set(DDP_RUNTIME_LIBRARY_DIRS)
+foreach(_dir ${CUDNN_LIBRARY_DIR} ${NCCL_LIBRARY_DIR})
+  if(DDP_HAVE_CUDA AND _dir AND NOT _dir IN_LIST CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES
+     AND NOT _dir IN_LIST DDP_RUNTIME_LIBRARY_DIRS)
+    list(APPEND DDP_RUNTIME_LIBRARY_DIRS ${_dir})
+  endif()
+endforeach()
+list(APPEND CMAKE_BUILD_RPATH ${DDP_RUNTIME_LIBRARY_DIRS})
+list(APPEND CMAKE_INSTALL_RPATH ${DDP_RUNTIME_LIBRARY_DIRS})
+if(DDP_HAVE_CUDNN)
+  file(READ_ELF ${CUDNN_LIBRARY} RUNPATH _cudnn_runpath RPATH _cudnn_rpath CAPTURE_ERROR _elf_error)
+  if(NOT _elf_error AND NOT "${_cudnn_runpath}${_cudnn_rpath}" MATCHES "\\$ORIGIN")
+    message(WARNING "${CUDNN_LIBRARY} has no $ORIGIN run-time path: cuDNN will not find its "
+                    "sub-libraries unless ${CUDNN_LIBRARY_DIR} is in LD_LIBRARY_PATH")
+  endif()
+endif()

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Packs the Debian libraries libddp needs but the GPU machine lacks (fmt,
-# OpenBLAS, GoogleTest, oneDNN, Gloo and their runtime dependencies) into
-# .gpu/deps.tar.gz, to travel with `device run ... carry=[".gpu"]`.
+# OpenBLAS, GoogleTest, oneDNN, Gloo and their runtime dependencies) and the
+# data the GPU checks train on (Fashion-MNIST, 30 MB; fortunes-min's text for
+# train_gpt) into .gpu/deps.tar.gz, to travel with `device run ...
+# carry=[".gpu"]`. tools/gpu_check.sh unpacks and uses it by itself.
 # On the GPU machine:
 #   mkdir -p /tmp/deps && tar xzf .gpu/deps.tar.gz -C /tmp/deps
 #   export CMAKE_PREFIX_PATH=/tmp/deps/usr LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:/tmp/deps/usr/lib
@@ -18,7 +20,8 @@ mkdir -p "$(dirname "$exclude")"
 grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >> "$exclude"
 pkgs=(libfmt-dev libfmt9 libopenblas-dev libopenblas0 libopenblas0-pthread libopenblas-pthread-dev
       libgtest-dev libdnnl-dev libdnnl2 libgloo-dev libgloo0 libhiredis0.14 libibverbs1
-      libnl-3-200 libnl-route-3-200)
+      libnl-3-200 libnl-route-3-200
+      dataset-fashion-mnist fortunes-min)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/root"
@@ -38,3 +41,8 @@ done
 mkdir -p .gpu
 tar czf .gpu/deps.tar.gz -C "$work/root" .
 echo "gpu_bundle: .gpu/deps.tar.gz ($(du -h .gpu/deps.tar.gz | cut -f1))"
+# The device tool carries at most 64 MiB: the bundle plus the working tree.
+tree_bytes=$(git ls-files -z | xargs -0 cat | wc -c)
+total=$(( $(stat -c %s .gpu/deps.tar.gz) + tree_bytes ))
+[ "$total" -lt $((64 << 20)) ] ||
+  echo "gpu_bundle: warning: bundle + tracked files = $((total >> 20)) MiB, over the 64 MiB a run carries" >&2
