@@ -5,100 +5,28 @@
 //   - two ranks as threads of this process sharing the GPU, each with its
 //     slice of the batch: outputs, input gradients and running statistics
 //     equal the whole batch's, and the ranks' weight gradients sum to it.
-// The group is a small in-process one (allreduce by sum through shared
-// memory), so the CUDA side of sync_batch_norm is what is tested, not a
+// The group is the small in-process one of thread_group.h (allreduce by sum
+// through shared memory), so the CUDA side of sync_batch_norm is what is tested, not a
 // backend (the NCCL tests cover those).
 #include <gtest/gtest.h>
 
-#include <condition_variable>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
-#include "ddp/dist/process_group.h"
-#include "ddp/dist/work.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/parallel/sync_batch_norm.h"
 #include "ddp/tensor/cuda.h"
 #include "ddp/tensor/generator.h"
 #include "ddp/tensor/ops.h"
 #include "nn/scaled_error.h"
+#include "parallel/thread_group.h"
 
 namespace ddp::test {
 namespace {
 
-using dist::ReduceOp;
-using dist::WorkPtr;
 using parallel::SyncBatchNorm;
-
-// Ranks are threads; allreduce(sum) meets in a shared rendezvous and adds
-// the ranks' tensors in rank order. Anything else is not needed here.
-struct Rendezvous {
-  std::mutex mu;
-  std::condition_variable cv;
-  int arrived = 0;
-  uint64_t round = 0;
-  std::vector<Tensors> inputs;
-  Tensors sum;
-};
-
-class ThreadsGroup : public dist::ProcessGroup {
- public:
-  ThreadsGroup(int rank, int size, std::shared_ptr<Rendezvous> rv)
-      : ProcessGroup(rank, size), rv_(std::move(rv)) {}
-  std::string backend_name() const override { return "threads"; }
-
- protected:
-  WorkPtr do_allreduce(Tensors& tensors, ReduceOp op) override {
-    EXPECT_EQ(op, ReduceOp::sum);
-    if (size() > 1) meet(tensors);
-    return dist::completed_work("allreduce", tensors);
-  }
-  WorkPtr do_broadcast(Tensors&, int) override { return unsupported(); }
-  WorkPtr do_reduce(Tensors&, int, ReduceOp) override { return unsupported(); }
-  WorkPtr do_allgather(Tensors&, const Tensor&) override { return unsupported(); }
-  WorkPtr do_reduce_scatter(const Tensor&, Tensors&, ReduceOp) override { return unsupported(); }
-  WorkPtr do_all_to_all(const Tensor&, const Tensor&) override { return unsupported(); }
-  WorkPtr do_barrier() override { return unsupported(); }
-  WorkPtr do_send(const Tensor&, int, int) override { return unsupported(); }
-  WorkPtr do_recv(const Tensor&, int, int) override { return unsupported(); }
-
- private:
-  static WorkPtr unsupported() { DDP_THROW(NotImplementedError, "ThreadsGroup: allreduce only"); }
-
-  void meet(Tensors& tensors) {
-    Rendezvous& rv = *rv_;
-    std::unique_lock lock(rv.mu);
-    const uint64_t round = rv.round;
-    rv.inputs[size_t(rank())].clear();
-    for (const Tensor& t : tensors) rv.inputs[size_t(rank())].push_back(t.clone());
-    if (++rv.arrived == size()) {
-      rv.sum = rv.inputs[0];
-      for (size_t r = 1; r < rv.inputs.size(); ++r)
-        for (size_t i = 0; i < rv.sum.size(); ++i) rv.sum[i] = rv.sum[i] + rv.inputs[r][i];
-      cuda::synchronize();  // the sum is read from the other rank's thread
-      rv.arrived = 0;
-      ++rv.round;
-      rv.cv.notify_all();
-    } else {
-      rv.cv.wait(lock, [&] { return rv.round != round; });
-    }
-    for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(rv.sum[i]);
-  }
-
-  std::shared_ptr<Rendezvous> rv_;
-};
-
-std::vector<std::shared_ptr<ThreadsGroup>> threads_groups(int size) {
-  auto rv = std::make_shared<Rendezvous>();
-  rv->inputs.resize(size_t(size));
-  std::vector<std::shared_ptr<ThreadsGroup>> groups;
-  for (int r = 0; r < size; ++r) groups.push_back(std::make_shared<ThreadsGroup>(r, size, rv));
-  return groups;
-}
 
 double rel(const Tensor& got, const Tensor& want) {
   return scaled_error(got.cpu().to(kFloat32), want, 1e-6);
@@ -121,7 +49,7 @@ TEST(SyncBatchNormGpu, WorldOfOneIsBatchNormOnTheCpu) {
     for (bool nhwc : {false, true}) {
       SCOPED_TRACE(::testing::Message() << dtype_name(dt) << (nhwc ? " nhwc" : " nchw"));
       manual_seed(50);
-      auto group = threads_groups(1)[0];
+      auto group = thread_groups(1)[0];
       nn::BatchNorm2d ref(c);
       SyncBatchNorm bn(c, group);
       set_affine({&ref, &bn}, c);
@@ -160,7 +88,7 @@ TEST(SyncBatchNormGpu, TwoRanksMatchTheWholeBatchOnTheCpu) {
   const int64_t c = 5;
   const int64_t starts[] = {0, 3}, sizes[] = {3, 5};  // uneven slices of a batch of 8
   manual_seed(51);
-  auto groups = threads_groups(2);
+  auto groups = thread_groups(2);
   nn::BatchNorm2d ref(c);
   SyncBatchNorm bn0(c, groups[0]), bn1(c, groups[1]);
   set_affine({&ref, &bn0, &bn1}, c);
@@ -171,16 +99,13 @@ TEST(SyncBatchNormGpu, TwoRanksMatchTheWholeBatchOnTheCpu) {
   sum(y * dy).backward();
 
   Tensor ys[2], dxs[2];
-  std::vector<std::thread> ranks;
-  for (int r = 0; r < 2; ++r)
-    ranks.emplace_back([&, r] {
-      Tensor xr = x.detach().narrow(0, starts[r], sizes[r]).cuda().detach().set_requires_grad();
-      ys[r] = mine[r]->forward(xr);
-      sum(ys[r] * dy.narrow(0, starts[r], sizes[r]).cuda()).backward();
-      dxs[r] = xr.grad();
-      cuda::synchronize();
-    });
-  for (auto& t : ranks) t.join();
+  on_every_rank(2, [&](int r) {
+    Tensor xr = x.detach().narrow(0, starts[r], sizes[r]).cuda().detach().set_requires_grad();
+    ys[r] = mine[r]->forward(xr);
+    sum(ys[r] * dy.narrow(0, starts[r], sizes[r]).cuda()).backward();
+    dxs[r] = xr.grad();
+    cuda::synchronize();
+  });
   Tensor dw = Tensor::zeros({c}), db = Tensor::zeros({c});
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(r);

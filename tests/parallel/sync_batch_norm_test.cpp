@@ -1,7 +1,7 @@
 // SyncBatchNorm in one process: on a group of one rank it is BatchNorm2d
 // (module and functional, forward, backward and running statistics), its
 // backward passes gradcheck in f64, bad inputs raise, and on a simulated
-// group of 2 or 3 ranks (threads of this process; see ThreadGroup) each
+// group of 2 or 3 ranks (threads of this process; see ThreadGroup in thread_group.h) each
 // rank's slice of a batch gets what BatchNorm2d gives the whole batch.
 // The same equality across real processes (mpi, gloo) is in
 // tests/parallel/multi/sync_batch_norm_main.cpp.
@@ -10,11 +10,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "ddp/amp/autocast.h"
@@ -27,94 +23,12 @@
 #include "ddp/tensor/generator.h"
 #include "ddp/tensor/ops.h"
 #include "nn/scaled_error.h"
+#include "parallel/thread_group.h"
 
 namespace ddp::test {
 namespace {
 
-using dist::ProcessGroup;
-using dist::ReduceOp;
-using dist::WorkPtr;
 using parallel::SyncBatchNorm;
-
-// A group whose only supported collective is a sum allreduce; it counts the
-// allreduces. Alone (size 1) it returns the tensors unchanged; created by
-// thread_groups(), its ranks are threads of this process that meet in a
-// shared Meeting and sum their tensors in rank order (deterministic).
-struct Meeting {
-  std::mutex mu;
-  std::condition_variable cv;
-  int arrived = 0;
-  uint64_t generation = 0;
-  std::vector<Tensors> inputs;
-  Tensors result;
-};
-
-class ThreadGroup : public ProcessGroup {
- public:
-  ThreadGroup(int rank, int size, std::shared_ptr<Meeting> meeting)
-      : ProcessGroup(rank, size), meeting_(std::move(meeting)) {}
-  std::string backend_name() const override { return "threads"; }
-  std::atomic<int> allreduces{0};
-
- protected:
-  WorkPtr do_allreduce(Tensors& tensors, ReduceOp op) override {
-    EXPECT_EQ(op, ReduceOp::sum);
-    ++allreduces;
-    if (size() > 1) meet(tensors);
-    return dist::completed_work("allreduce", tensors);
-  }
-  WorkPtr do_broadcast(Tensors&, int) override { return unsupported(); }
-  WorkPtr do_reduce(Tensors&, int, ReduceOp) override { return unsupported(); }
-  WorkPtr do_allgather(Tensors&, const Tensor&) override { return unsupported(); }
-  WorkPtr do_reduce_scatter(const Tensor&, Tensors&, ReduceOp) override { return unsupported(); }
-  WorkPtr do_all_to_all(const Tensor&, const Tensor&) override { return unsupported(); }
-  WorkPtr do_barrier() override { return unsupported(); }
-  WorkPtr do_send(const Tensor&, int, int) override { return unsupported(); }
-  WorkPtr do_recv(const Tensor&, int, int) override { return unsupported(); }
-
- private:
-  static WorkPtr unsupported() { DDP_THROW(NotImplementedError, "ThreadGroup: allreduce only"); }
-
-  void meet(Tensors& tensors) {
-    Meeting& m = *meeting_;
-    std::unique_lock lock(m.mu);
-    const uint64_t gen = m.generation;
-    m.inputs[size_t(rank())].clear();
-    for (const Tensor& t : tensors) m.inputs[size_t(rank())].push_back(t.clone());
-    if (++m.arrived == size()) {
-      m.result = m.inputs[0];
-      for (size_t r = 1; r < m.inputs.size(); ++r)
-        for (size_t i = 0; i < m.result.size(); ++i) m.result[i] = m.result[i] + m.inputs[r][i];
-      m.arrived = 0;
-      ++m.generation;
-      m.cv.notify_all();
-    } else {
-      m.cv.wait(lock, [&] { return m.generation != gen; });
-    }
-    // Nobody can start the next allreduce (and overwrite result) before
-    // every rank, this one included, has arrived at it.
-    for (size_t i = 0; i < tensors.size(); ++i) tensors[i].copy_(m.result[i]);
-  }
-
-  std::shared_ptr<Meeting> meeting_;
-};
-
-std::vector<std::shared_ptr<ThreadGroup>> thread_groups(int size) {
-  auto meeting = std::make_shared<Meeting>();
-  meeting->inputs.resize(size_t(size));
-  std::vector<std::shared_ptr<ThreadGroup>> groups;
-  for (int r = 0; r < size; ++r) groups.push_back(std::make_shared<ThreadGroup>(r, size, meeting));
-  return groups;
-}
-
-std::shared_ptr<ThreadGroup> solo() { return thread_groups(1)[0]; }
-
-// Runs fn(rank) on one thread per rank and waits for all of them.
-void on_every_rank(int size, const std::function<void(int)>& fn) {
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) threads.emplace_back(fn, r);
-  for (auto& t : threads) t.join();
-}
 
 void set_value(const Tensor& dst, const Tensor& src) {
   NoGradGuard no_grad;
