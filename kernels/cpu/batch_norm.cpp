@@ -129,16 +129,15 @@ Tensor compute_form(const Tensor& t) {
 }
 Tensor as_dtype(const Tensor& t, DType dt) { return t.defined() ? t.to(dt).contiguous() : t; }
 
-// Runs `fn` on a contiguous buffer of dtype dt shaped like `out`, then copies
-// it into `out` (any layout and dtype); writes straight into `out` when it
-// already is such a buffer. Undefined `out`: fn gets an undefined tensor.
-template <class F>
-void into(const Tensor& out, DType dt, F&& fn) {
-  if (!out.defined()) return fn(Tensor());
-  if (out.is_contiguous() && out.dtype() == dt) return fn(out);
-  Tensor tmp = Tensor::empty(out.shape(), TensorOptions(dt));
-  fn(tmp);
-  Tensor(out).copy_(tmp);
+// Where the loops write an output: `out` itself when it is contiguous in the
+// compute dtype dt, else a contiguous buffer that copy_back() then copies into
+// `out` (any layout and dtype). Undefined stays undefined.
+Tensor buffer_for(const Tensor& out, DType dt) {
+  if (!out.defined() || (out.is_contiguous() && out.dtype() == dt)) return out;
+  return Tensor::empty(out.shape(), TensorOptions(dt));
+}
+void copy_back(const Tensor& buffer, const Tensor& out) {
+  if (out.defined() && !buffer.is_same(out)) Tensor(out).copy_(buffer);
 }
 
 // r = (1 − m)·r + m·value, in place and unrecorded.
@@ -167,10 +166,9 @@ void train_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
   update_running(running_mean, mean, momentum);
   update_running(running_var, var * (n / (n - 1)), momentum);
   Tensor invstd = rsqrt(var + eps);
-  Tensor w = as_dtype(weight, dt), b = as_dtype(bias, dt);
-  into(y, dt, [&](const Tensor& out) {
-    on_dtype(dt, [&]<class T>() { apply<T>(xc, mean, invstd, w, b, out); });
-  });
+  Tensor w = as_dtype(weight, dt), b = as_dtype(bias, dt), out = buffer_for(y, dt);
+  on_dtype(dt, [&]<class T>() { apply<T>(xc, mean, invstd, w, b, out); });
+  copy_back(out, y);
   Tensor(save_mean).copy_(mean);
   Tensor(save_invstd).copy_(invstd);
 }
@@ -182,10 +180,9 @@ void eval_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
   const DType dt = xc.dtype();
   Tensor mean = running_mean.to(dt).contiguous();
   Tensor invstd = rsqrt(running_var.to(dt) + eps).contiguous();
-  Tensor w = as_dtype(weight, dt), b = as_dtype(bias, dt);
-  into(y, dt, [&](const Tensor& out) {
-    on_dtype(dt, [&]<class T>() { apply<T>(xc, mean, invstd, w, b, out); });
-  });
+  Tensor w = as_dtype(weight, dt), b = as_dtype(bias, dt), out = buffer_for(y, dt);
+  on_dtype(dt, [&]<class T>() { apply<T>(xc, mean, invstd, w, b, out); });
+  copy_back(out, y);
 }
 
 void backward_kernel(const Tensor& x, const Tensor& dy, const Tensor& weight,
@@ -197,15 +194,13 @@ void backward_kernel(const Tensor& x, const Tensor& dy, const Tensor& weight,
   Tensor dyc = as_dtype(dy, dt);
   Tensor mean = as_dtype(save_mean, dt), invstd = as_dtype(save_invstd, dt);
   Tensor w = as_dtype(weight, dt);
-  into(dx, dt, [&](const Tensor& dxo) {
-    into(dweight, dt, [&](const Tensor& dwo) {
-      into(dbias, dt, [&](const Tensor& dbo) {
-        on_dtype(dt, [&]<class T>() {
-          backward<T>(xc, dyc, mean, invstd, w, batch_stats, dxo, dwo, dbo);
-        });
-      });
-    });
+  Tensor dxo = buffer_for(dx, dt), dwo = buffer_for(dweight, dt), dbo = buffer_for(dbias, dt);
+  on_dtype(dt, [&]<class T>() {
+    backward<T>(xc, dyc, mean, invstd, w, batch_stats, dxo, dwo, dbo);
   });
+  copy_back(dxo, dx);
+  copy_back(dwo, dweight);
+  copy_back(dbo, dbias);
 }
 
 }  // namespace
