@@ -87,41 +87,38 @@ ComponentVersion cuda_driver() {
   return c;
 }
 
-ComponentVersion cublas() {
-  ComponentVersion c{"cuBLAS", "",
-                     fmt::format("{}.{}.{}", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH), ""};
-  int major = 0, minor = 0, patch = 0;
-  if (cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
-      cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
-      cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
-    c.loaded = fmt::format("{}.{}.{}", major, minor, patch);
-  c.path = library_of(reinterpret_cast<const void*>(&cublasGetProperty));
+// A library that reports its version through GetProperty(MAJOR_VERSION,
+// MINOR_VERSION, PATCH_LEVEL): the loaded "major.minor.patch" (empty when a
+// query fails) and the file that holds `get`.
+template <class Status>
+ComponentVersion from_properties(const char* name, std::string built,
+                                 Status (*get)(libraryPropertyType, int*), Status ok) {
+  ComponentVersion c{name, "", std::move(built), ""};
+  int v[3] = {0, 0, 0};
+  const libraryPropertyType kinds[3] = {MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL};
+  bool all = true;
+  for (int i = 0; i < 3 && all; ++i) all = get(kinds[i], &v[i]) == ok;
+  if (all) c.loaded = fmt::format("{}.{}.{}", v[0], v[1], v[2]);
+  c.path = library_of(reinterpret_cast<const void*>(get));
   return c;
 }
 
+std::string cublas_built() {
+  return fmt::format("{}.{}.{}", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH);
+}
+
+ComponentVersion cublas() {
+  return from_properties("cuBLAS", cublas_built(), &cublasGetProperty, CUBLAS_STATUS_SUCCESS);
+}
+
 ComponentVersion cublas_lt() {
-  ComponentVersion c{"cuBLASLt", "",
-                     fmt::format("{}.{}.{}", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH), ""};
-  int major = 0, minor = 0, patch = 0;
-  if (cublasLtGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
-      cublasLtGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS)
-    c.loaded = fmt::format("{}.{}.{}", major, minor, patch);
-  c.path = library_of(reinterpret_cast<const void*>(&cublasLtGetProperty));
-  return c;
+  return from_properties("cuBLASLt", cublas_built(), &cublasLtGetProperty, CUBLAS_STATUS_SUCCESS);
 }
 
 #if DDP_HAVE_CUDNN
 ComponentVersion cudnn() {
-  ComponentVersion c{"cuDNN", "", "", ""};
-  c.built = fmt::format("{}.{}.{}", CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
-  int major = 0, minor = 0, patch = 0;
-  if (cudnnGetProperty(MAJOR_VERSION, &major) == CUDNN_STATUS_SUCCESS &&
-      cudnnGetProperty(MINOR_VERSION, &minor) == CUDNN_STATUS_SUCCESS &&
-      cudnnGetProperty(PATCH_LEVEL, &patch) == CUDNN_STATUS_SUCCESS)
-    c.loaded = fmt::format("{}.{}.{}", major, minor, patch);
-  c.path = library_of(reinterpret_cast<const void*>(&cudnnGetProperty));
-  return c;
+  return from_properties("cuDNN", fmt::format("{}.{}.{}", CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL),
+                         &cudnnGetProperty, CUDNN_STATUS_SUCCESS);
 }
 #endif
 
