@@ -12,6 +12,7 @@
 #include "ddp/core/error.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
+#include "tensor/running_stats.h"
 
 namespace ddp::cpu_kernels {
 
@@ -140,14 +141,6 @@ void copy_back(const Tensor& buffer, const Tensor& out) {
   if (out.defined() && !buffer.is_same(out)) Tensor(out).copy_(buffer);
 }
 
-// r = (1 − m)·r + m·value, in place and unrecorded.
-void update_running(const Tensor& running, const Tensor& value, double momentum) {
-  if (!running.defined()) return;
-  autograd::NoGradGuard no_grad;
-  Tensor r = running;
-  r.mul_(1.0 - momentum).add_(value.to(running.dtype()), momentum);
-}
-
 template <class F>
 void on_dtype(DType dt, F&& fn) {
   dt == DType::f32 ? fn.template operator()<float>() : fn.template operator()<double>();
@@ -163,8 +156,8 @@ void train_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
   Tensor mean = Tensor::empty({c}, TensorOptions(dt)), var = Tensor::empty({c}, TensorOptions(dt));
   on_dtype(dt, [&]<class T>() { stats<T>(xc, mean, var); });
   const double n = double(x.numel() / c);
-  update_running(running_mean, mean, momentum);
-  update_running(running_var, var * (n / (n - 1)), momentum);
+  update_running_stat(running_mean, mean, momentum);
+  update_running_stat(running_var, var * (n / (n - 1)), momentum);
   Tensor invstd = rsqrt(var + eps);
   Tensor w = as_dtype(weight, dt), b = as_dtype(bias, dt), out = buffer_for(y, dt);
   on_dtype(dt, [&]<class T>() { apply<T>(xc, mean, invstd, w, b, out); });

@@ -17,6 +17,7 @@
 #include "ddp/nn/functional/conv.h"
 #include "ddp/tensor/ops.h"
 #include "nn/functional/batch_norm_detail.h"
+#include "tensor/running_stats.h"
 
 namespace ddp::parallel {
 
@@ -36,7 +37,6 @@ Tensor cast_or_undefined(const Tensor& t, DType dt) {
 }
 
 using nn::functional::batch_norm_detail::per_channel;
-using nn::functional::batch_norm_detail::update_running;
 
 // batch_norm's checks, plus a group and at least one channel (the channel
 // count is the length of the allreduced statistics).
@@ -84,8 +84,8 @@ GlobalStats reduce_statistics(const Tensor& xc, const Tensor& running_mean,
   Tensor mean64 = sums.narrow(0, 0, c) / s.count;
   // Rounding can take a constant channel's variance a hair below zero.
   Tensor var64 = maximum(sums.narrow(0, c, c) / s.count - mean64 * mean64, 0.0);
-  update_running(running_mean, mean64, momentum);
-  update_running(running_var, var64 * (s.count / (s.count - 1)), momentum);
+  update_running_stat(running_mean, mean64, momentum);
+  update_running_stat(running_var, var64 * (s.count / (s.count - 1)), momentum);
   s.mean = mean64.to(xc.dtype());
   s.invstd = rsqrt(var64 + eps).to(xc.dtype());
   return s;

@@ -12,6 +12,7 @@
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
 #include "nn/functional/batch_norm_detail.h"
+#include "tensor/running_stats.h"
 
 namespace ddp::nn::functional {
 
@@ -33,12 +34,6 @@ void check_args(const std::string& who, const Tensor& x, const Tensors& per_chan
   }
 }
 
-void update_running(const Tensor& running, const Tensor& value, double momentum) {
-  if (!running.defined()) return;
-  autograd::NoGradGuard no_grad;
-  Tensor r = running;
-  r.mul_(1.0 - momentum).add_(value.detach().to(running.dtype()), momentum);
-}
 
 Tensor per_channel(const Tensor& t, int64_t rank) {
   Shape s(size_t(rank), 1);
@@ -52,7 +47,6 @@ namespace {
 
 using batch_norm_detail::check_args;
 using batch_norm_detail::per_channel;
-using batch_norm_detail::update_running;
 
 Tensor batch_norm_composite(const Tensor& x, const Tensor& rm, const Tensor& rv, const Tensor& w,
                             const Tensor& b, bool batch_stats, double momentum, double eps) {
@@ -64,8 +58,8 @@ Tensor batch_norm_composite(const Tensor& x, const Tensor& rm, const Tensor& rv,
     m = mean(x, dims, true);
     v = var(x, dims, 0, true);
     const double n = double(x.numel() / x.size(1));
-    update_running(rm, m.flatten(), momentum);
-    update_running(rv, v.detach().flatten() * (n / (n - 1)), momentum);
+    update_running_stat(rm, m.flatten(), momentum);
+    update_running_stat(rv, v.detach().flatten() * (n / (n - 1)), momentum);
   } else {
     m = per_channel(rm, rank);
     v = per_channel(rv, rank);
