@@ -68,6 +68,8 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<nn::Mod
   r.bucket_cap_mb = options_.bucket_cap_mb;
   r.find_unused_parameters = options_.find_unused_parameters;
   r.rebuild_buckets = options_.rebuild_buckets;
+  r.static_graph = options_.static_graph;
+  r.gradient_as_bucket_view = options_.gradient_as_bucket_view;
   reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_, r);
 }
 
@@ -139,7 +141,10 @@ void DistributedDataParallelBase::broadcast_from_rank0(const Tensors& tensors) {
 void DistributedDataParallelBase::pre_forward() {
   if (!autograd::grad_enabled()) return;
   reducer_->prepare_for_forward();
-  if (options_.broadcast_buffers && module_base_->is_training()) broadcast_from_rank0(buffers_);
+  // Inside no_sync the buffers stay local (the gradients do too); all go out
+  // in one coalesced broadcast.
+  if (options_.broadcast_buffers && sync_ && module_base_->is_training())
+    broadcast_from_rank0(buffers_);
 }
 
 void DistributedDataParallelBase::post_forward(const Tensors& outputs) {

@@ -79,6 +79,10 @@ struct ReducerOptions {
   double first_bucket_cap_mb = 1.0;
   bool find_unused_parameters = false;
   bool rebuild_buckets = true;  // Note [Rebuilding buckets]
+  // Note [Static graph]
+  bool static_graph = false;
+  // Note [Gradient as bucket view]
+  bool gradient_as_bucket_view = true;
 };
 
 class Reducer {
@@ -103,12 +107,42 @@ class Reducer {
 
   void register_comm_hook(CommHook hook);
 
+  // Note [Rebuilding buckets]: replaces the buckets with `assignment` (per
+  // bucket, parameter indices; every trainable parameter exactly once; one
+  // device and dtype per bucket), copying the current gradients into the new
+  // buffers. Every rank must pass the same assignment; call it between
+  // iterations (not while a backward runs). Raises ValueError for a bad one.
+  void rebuild_buckets(const std::vector<std::vector<size_t>>& assignment);
+
+  // ---- Note [Join] --------------------------------------------------------
+  // A rank that ran out of inputs shadows one synchronised backward of the
+  // others: every bucket goes out (in order, through the comm hook) with zero
+  // gradients, and the used-flags allreduce with no flags set. Nothing is
+  // written into this rank's .grad.
+  void shadow_backward();
+  // Shadows the bucket rebuild the other ranks do at this forward
+  // (Note [Rebuilding buckets]; a collective).
+  void shadow_rebuild();
+  // Whether a synchronised backward ends with the used-flags allreduce.
+  bool syncs_used_flags() const;
+  bool rebuild_due() const { return rebuild_due_; }
+
   // ---- introspection (tests, benchmarks) -----------------------------------
   size_t num_buckets() const { return buckets_.size(); }
   // Parameter indices of each bucket, in launch order.
   std::vector<std::vector<size_t>> bucket_assignment() const;
   const std::vector<BucketTiming>& last_timeline() const { return timeline_; }
   bool buckets_rebuilt() const { return rebuilt_; }
+  // Per parameter (index into params), the time since the start of the last
+  // synchronised backward (its first hook) at which its gradient became ready;
+  // -1 for a parameter that got no gradient (unused). Empty before the first
+  // synchronised backward.
+  std::vector<std::chrono::nanoseconds> last_grad_ready_times() const { return ready_times_; }
+  // How many gradient copies between .grad and the bucket buffers there were
+  // (Note [Gradient as bucket view]); cumulative.
+  uint64_t grad_copies() const { return grad_copies_; }
+  // Note [Static graph]: the parameters found unused in the first iteration.
+  const std::vector<size_t>& static_unused() const { return static_unused_; }
 
  private:
   struct Bucket;
@@ -116,13 +150,18 @@ class Reducer {
   void mark_ready(size_t param, bool from_hook);
   void launch_ready_buckets();
   void finalize_backward();
-  void reduce_used_flags();
+  std::vector<char> reduce_used_flags();
   void discard_gradients();
   Tensor control_tensor(const Tensor& host) const;
   void check_previous_iteration();
   void rebuild_from_rank0_order();
   std::vector<size_t> unready_params() const;
   void wait_launched_quietly();
+  void install_buckets(std::vector<std::vector<size_t>> assignment);
+  void find_unused(const Tensors& outputs);
+  void mark_unused_now();
+  void copy_back_to_grads(const std::vector<char>& globally_used);
+  void detach_failed_buffers();
 
   Tensors params_;
   std::vector<std::string> names_;
@@ -149,6 +188,20 @@ class Reducer {
   bool rebuilt_ = false;
   bool rebuild_due_ = false;
   std::vector<size_t> ready_order_;
+
+  // ---- Note [Unused parameters]: found in forward, marked at the first hook ----
+  std::vector<size_t> unused_pending_;
+  std::vector<Tensor> saved_unused_grads_;  // by parameter: local .grad of an unused one
+  // ---- Note [Static graph] ----
+  bool static_known_ = false;
+  std::vector<size_t> static_unused_;
+  std::vector<char> static_global_used_;  // by parameter, from the first iteration
+  // ---- introspection ----
+  BucketTiming::Clock::time_point backward_start_;
+  std::vector<BucketTiming::Clock::time_point> ready_at_;
+  std::vector<std::chrono::nanoseconds> ready_times_;
+  uint64_t grad_copies_ = 0;
+  std::vector<Tensor> abandoned_;  // buffers a failed collective may still write
 };
 
 }  // namespace ddp::parallel
