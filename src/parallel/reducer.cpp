@@ -373,7 +373,7 @@ void Reducer::mark_ready(size_t i, bool from_hook) {
   }
   if (--b.pending == 0) {
     b.timing.ready = BucketTiming::Clock::now();
-    launch_ready_buckets();
+    if (!launch_at_end_) launch_ready_buckets();
   }
 }
 
@@ -428,6 +428,7 @@ void Reducer::finalize_backward() {
       static_known_ = true;
     }
   }
+  launch_ready_buckets();  // those held back by set_launch_at_end
   if (next_launch_ < buckets_.size()) {
     // Note [Unused parameters]: without the option this is an error, raised
     // by the next forward; first let the buckets in flight finish.
@@ -480,6 +481,10 @@ void Reducer::finalize_backward() {
         "of this backward were discarded (every .grad cleared)",
         group_->rank(), failed_bucket);
     std::rethrow_exception(failure);
+  }
+  if (grad_scale_ != 1.0) {
+    NoGradGuard no_grad;
+    for (auto& b : buckets_) b->buffer.mul_(grad_scale_);
   }
   timeline_.clear();
   for (const auto& b : buckets_) timeline_.push_back(b->timing);

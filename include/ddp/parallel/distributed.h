@@ -32,6 +32,7 @@
 #include "ddp/dist/process_group.h"
 #include "ddp/nn/module.h"
 #include "ddp/parallel/comm_hooks.h"
+#include "ddp/parallel/join.h"
 #include "ddp/parallel/reducer.h"
 
 namespace ddp::parallel {
@@ -110,7 +111,11 @@ class DistributedDataParallelBase {
   // `root` (the last rank to join, whose model saw every step).
   void join_final_sync(int root);
   // Set by a join scope around the training loop (nullptr outside one).
-  void set_join_context(class Join* join) { join_ = join; }
+  void set_join_context(Join* join);
+  // When the body of a join scope returned: its last iteration is complete.
+  void join_close_iteration();
+  // The device of the first parameter (the CPU without parameters).
+  Device device() const { return model_device(); }
 
  protected:
   // Around the module's forward: buffers, a due bucket rebuild, and arming
@@ -120,9 +125,8 @@ class DistributedDataParallelBase {
 
  private:
   void verify_same_model_on_all_ranks();
-  // The device of the first parameter (the CPU without parameters).
   Device model_device() const;
-  void broadcast_from_rank0(const Tensors& tensors);
+  void broadcast_from(const Tensors& tensors, int root);
 
   std::shared_ptr<nn::Module> module_base_;
   std::shared_ptr<dist::ProcessGroup> group_;
@@ -130,7 +134,10 @@ class DistributedDataParallelBase {
   std::unique_ptr<Reducer> reducer_;
   Tensors buffers_;
   bool sync_ = true;
-  class Join* join_ = nullptr;
+  Join* join_ = nullptr;
+  // Note [Join]: SyncBatchNorm's collectives in this rank's iteration.
+  std::vector<JoinCollective> join_log_building_, join_log_last_;
+  bool join_log_open_ = false;
 };
 
 // The tensors in a forward's result, for the unused-parameter trace: a

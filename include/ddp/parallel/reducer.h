@@ -126,6 +126,12 @@ class Reducer {
   // Whether a synchronised backward ends with the used-flags allreduce.
   bool syncs_used_flags() const;
   bool rebuild_due() const { return rebuild_due_; }
+  // Multiplies the averaged gradients of the next synchronised backwards
+  // (join with divide_by_initial_world_size = false).
+  void set_grad_scale(double scale) { grad_scale_ = scale; }
+  // Launch the buckets at the end of backward instead of as they get ready,
+  // so that the backward's collectives come in a fixed order (Note [Join]).
+  void set_launch_at_end(bool on) { launch_at_end_ = on; }
 
   // ---- introspection (tests, benchmarks) -----------------------------------
   size_t num_buckets() const { return buckets_.size(); }
@@ -201,6 +207,8 @@ class Reducer {
   std::vector<BucketTiming::Clock::time_point> ready_at_;
   std::vector<std::chrono::nanoseconds> ready_times_;
   uint64_t grad_copies_ = 0;
+  double grad_scale_ = 1.0;
+  bool launch_at_end_ = false;
   std::vector<Tensor> abandoned_;  // buffers a failed collective may still write
 };
 
