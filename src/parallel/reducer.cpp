@@ -3,6 +3,8 @@
 
 #include "ddp/parallel/reducer.h"
 
+#include "parallel/reducer_bucket.h"
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -77,16 +79,6 @@ std::vector<std::vector<size_t>> assign_buckets(const Tensors& params,
   });
   return buckets;
 }
-
-struct Reducer::Bucket {
-  Tensor buffer;                // flat: the gradients of `params`, back to back
-  std::vector<size_t> params;   // parameter indices, in bucket order
-  Tensors views;                // by slot: the .grad of params[slot]
-  size_t pending = 0;           // gradients not yet ready in this pass
-  bool launched = false;
-  BucketWork work;
-  BucketTiming timing;
-};
 
 Reducer::Reducer(Tensors params, std::vector<std::string> names,
                  std::shared_ptr<dist::ProcessGroup> group, ReducerOptions options)
@@ -169,53 +161,6 @@ void Reducer::install_buckets(std::vector<std::vector<size_t>> assignment) {
   }
   buckets_ = std::move(buckets);
   locate_ = std::move(locate);
-}
-
-void Reducer::rebuild_buckets(const std::vector<std::vector<size_t>>& assignment) {
-  DDP_CHECK_T(ValueError, !armed_,
-              "Reducer::rebuild_buckets: called while a synchronised backward is pending; call it "
-              "between iterations");
-  std::vector<char> seen(params_.size(), 0);
-  size_t listed = 0;
-  for (size_t k = 0; k < assignment.size(); ++k) {
-    const auto& members = assignment[k];
-    DDP_CHECK_T(ValueError, !members.empty(), "Reducer::rebuild_buckets: bucket {} is empty", k);
-    const Tensor& first = params_.at(std::min(members.front(), params_.size() - 1));
-    for (size_t i : members) {
-      DDP_CHECK_T(ValueError, i < params_.size(),
-                  "Reducer::rebuild_buckets: bucket {} names parameter {} of {}", k, i,
-                  params_.size());
-      DDP_CHECK_T(ValueError, !seen[i], "Reducer::rebuild_buckets: parameter '{}' is listed twice",
-                  names_[i]);
-      DDP_CHECK_T(ValueError,
-                  params_[i].device() == first.device() && params_[i].dtype() == first.dtype(),
-                  "Reducer::rebuild_buckets: bucket {} mixes devices or dtypes ('{}' and '{}')", k,
-                  names_[members.front()], names_[i]);
-      seen[i] = 1;
-      ++listed;
-    }
-  }
-  DDP_CHECK_T(ValueError, listed == params_.size(),
-              "Reducer::rebuild_buckets: the assignment lists {} of {} parameters", listed,
-              params_.size());
-  wait_launched_quietly();
-  install_buckets(assignment);
-  rebuilt_ = true;
-  rebuild_due_ = false;
-  ready_order_.clear();
-}
-
-std::vector<std::vector<size_t>> Reducer::bucket_assignment() const {
-  std::vector<std::vector<size_t>> out;
-  for (const auto& b : buckets_) out.push_back(b->params);
-  return out;
-}
-
-void Reducer::register_comm_hook(CommHook hook) {
-  DDP_CHECK_T(ValueError, hook != nullptr, "register_comm_hook: empty hook");
-  DDP_CHECK_T(ValueError, hook_ == nullptr,
-              "register_comm_hook: a communication hook is registered already (one per model)");
-  hook_ = std::move(hook);
 }
 
 // ---- one backward pass -------------------------------------------------------
@@ -564,82 +509,6 @@ std::vector<char> Reducer::reduce_used_flags() {
   for (size_t i = 0; i < params_.size(); ++i) out[i] = global[i] != 0;
   if (options_.static_graph) static_global_used_ = out;
   return out;
-}
-
-// Note [Rebuilding buckets]
-void Reducer::rebuild_from_rank0_order() {
-  rebuild_due_ = false;
-  std::vector<int64_t> order;
-  std::vector<char> listed(params_.size(), 0);
-  for (size_t i : ready_order_) {
-    order.push_back(int64_t(i));
-    listed[i] = 1;
-  }
-  for (size_t i = params_.size(); i-- > 0;)  // never ready: reverse registration order
-    if (!listed[i]) order.push_back(int64_t(i));
-  Tensor t = control_tensor(Tensor::from_vector(order, {int64_t(order.size())}));
-  group_->broadcast({t}, 0)->wait(group_->timeout());
-  std::vector<int64_t> rank0 = t.cpu().to_vector<int64_t>();
-  std::vector<size_t> new_order;
-  std::vector<char> seen(params_.size(), 0);
-  for (int64_t v : rank0) {
-    DDP_CHECK(v >= 0 && size_t(v) < params_.size() && !seen[size_t(v)],
-              "DistributedDataParallel: rank 0's gradient order is not a permutation of {} "
-              "parameters (do all ranks wrap the same model?)",
-              params_.size());
-    seen[size_t(v)] = 1;
-    new_order.push_back(size_t(v));
-  }
-  build_buckets(new_order);
-  rebuilt_ = true;
-  ready_order_.clear();
-}
-
-// ---- Note [Join] --------------------------------------------------------------
-
-void Reducer::shadow_rebuild() { rebuild_from_rank0_order(); }
-
-bool Reducer::syncs_used_flags() const {
-  return options_.find_unused_parameters ||
-         (options_.static_graph && static_global_used_.empty());
-}
-
-void Reducer::shadow_backward() {
-  DDP_CHECK(!armed_,
-            "DistributedDataParallel: a rank that joined ran a forward that was not followed by "
-            "its backward");
-  NoGradGuard no_grad;
-  // Zeros on staging buffers: the same sizes, dtypes and hooks as the
-  // others' buckets, and this rank's .grad is never written.
-  for (size_t k = 0; k < buckets_.size(); ++k) {
-    const Bucket& b = *buckets_[k];
-    GradBucket view;
-    view.index = int(k);
-    view.is_last = k + 1 == buckets_.size();
-    view.buffer = zeros_like(b.buffer);
-    int64_t offset = 0;
-    for (size_t i : b.params) {
-      view.parameters.push_back(params_[i]);
-      view.gradients.push_back(
-          view.buffer.narrow(0, offset, params_[i].numel()).view(params_[i].shape()));
-      offset += params_[i].numel();
-    }
-    BucketWork work = hook_ ? hook_(*group_, view) : allreduce_hook(*group_, view);
-    DDP_CHECK(work.work != nullptr,
-              "DistributedDataParallel: the communication hook returned no work for bucket {}", k);
-    work.work->wait(group_->timeout());
-    if (auto e = work.work->exception()) std::rethrow_exception(e);
-    if (work.finish) work.finish();
-  }
-  if (syncs_used_flags()) {
-    Tensor t = control_tensor(Tensor::zeros({int64_t(params_.size())}));
-    group_->allreduce({t}, dist::ReduceOp::sum)->wait(group_->timeout());
-    if (options_.static_graph && static_global_used_.empty()) {
-      std::vector<float> global = t.cpu().to_vector<float>();
-      static_global_used_.assign(params_.size(), 0);
-      for (size_t i = 0; i < params_.size(); ++i) static_global_used_[i] = global[i] != 0;
-    }
-  }
 }
 
 }  // namespace ddp::parallel

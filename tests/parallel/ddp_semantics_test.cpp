@@ -14,6 +14,7 @@
 #include "ddp/nn/linear.h"
 #include "ddp/optim/sgd.h"
 #include "ddp/parallel/distributed.h"
+#include "ddp/tensor/generator.h"
 #include "ddp/tensor/ops.h"
 #include "parallel/thread_group.h"
 
@@ -39,9 +40,18 @@ struct TwoHeads : nn::Module {
   bool use_b = false;
 };
 
+// A generator of its own: ranks are threads, the global one is shared.
 Tensor input(int rank) {
-  manual_seed(uint64_t(100 + rank));
-  return randn({4, 3}, DType::f64);
+  Generator gen(uint64_t(100 + rank));
+  return randn({4, 3}, DType::f64, &gen);
+}
+
+// Models are built before the rank threads start (their initialisation
+// draws from the global generator).
+std::vector<std::shared_ptr<TwoHeads>> models(int n) {
+  std::vector<std::shared_ptr<TwoHeads>> out;
+  for (int r = 0; r < n; ++r) out.push_back(std::make_shared<TwoHeads>());
+  return out;
 }
 
 std::vector<double> grad_of(const Tensor& p) { return p.grad().to_vector<double>(); }
@@ -65,9 +75,10 @@ TEST(DDPSemantics, UnusedParametersAreMarkedAtTheFirstHookNotInForward) {
 // A parameter no rank used keeps its own .grad, not the average of all.
 TEST(DDPSemantics, AParameterUnusedOnAllRanksKeepsItsGradUntouched) {
   auto groups = thread_groups(2);
+  auto all = models(2);
   std::vector<std::vector<double>> b_grads(2), a_grads(2);
   on_every_rank(2, [&](int rank) {
-    auto model = std::make_shared<TwoHeads>();
+    auto model = all[size_t(rank)];
     DistributedDataParallel<TwoHeads> ddp(model, groups[size_t(rank)],
                                           {.find_unused_parameters = true});
     model->b->weight.set_grad(Tensor::full({2, 3}, double(rank + 1), DType::f64));
@@ -86,9 +97,9 @@ TEST(DDPSemantics, AParameterUnusedOnAllRanksKeepsItsGradUntouched) {
 TEST(DDPSemantics, AParameterUsedOnSomeRanksIsAveraged) {
   auto groups = thread_groups(2);
   std::vector<std::vector<double>> got(2);
-  std::vector<double> used_grad;
+  auto all = models(2);
   on_every_rank(2, [&](int rank) {
-    auto model = std::make_shared<TwoHeads>();
+    auto model = all[size_t(rank)];
     model->use_b = rank == 0;
     DistributedDataParallel<TwoHeads> ddp(model, groups[size_t(rank)],
                                           {.find_unused_parameters = true});
@@ -107,9 +118,10 @@ TEST(DDPSemantics, AParameterUsedOnSomeRanksIsAveraged) {
 TEST(DDPSemantics, BuffersAreNotBroadcastInsideNoSyncAndGoOutInOneCollective) {
   auto groups = thread_groups(2);
   std::vector<int> outside(2), inside(2);
+  auto all = models(2);
   on_every_rank(2, [&](int rank) {
     auto& g = *groups[size_t(rank)];
-    auto model = std::make_shared<TwoHeads>();
+    auto model = all[size_t(rank)];
     model->register_buffer("second", Tensor::zeros({3}));
     DistributedDataParallel<TwoHeads> ddp(model, groups[size_t(rank)]);
     int before = g.broadcasts.load();
@@ -196,8 +208,9 @@ TEST(DDPSemantics, StaticGraphGivesTheSameGradientsAsFindUnused) {
   auto groups = thread_groups(2);
   std::vector<std::vector<double>> results[2][2];
   for (int mode = 0; mode < 2; ++mode) {
+    auto all = models(2);
     on_every_rank(2, [&](int rank) {
-      auto model = std::make_shared<TwoHeads>();
+      auto model = all[size_t(rank)];
       DDPOptions o;
       o.bucket_cap_mb = 1e-6;
       if (mode == 0) o.find_unused_parameters = true;

@@ -19,6 +19,7 @@
 #include "ddp/parallel/distributed.h"
 #include "ddp/parallel/join.h"
 #include "ddp/parallel/sync_batch_norm.h"
+#include "ddp/tensor/generator.h"
 #include "ddp/tensor/ops.h"
 #include "parallel/thread_group.h"
 
@@ -44,9 +45,19 @@ struct Net : nn::Module {
   std::shared_ptr<nn::Linear> a, b, unused;
 };
 
+// Generators of their own: ranks are threads, the global one is shared.
 Tensor batch(int rank, int step) {
-  manual_seed(uint64_t(1000 + 17 * rank + step));
-  return randn({4, 3}, DType::f64);
+  Generator gen(uint64_t(1000 + 17 * rank + step));
+  return randn({4, 3}, DType::f64, &gen);
+}
+
+// Built before the rank threads start (initialisation draws from the
+// global generator).
+template <class M, class... A>
+std::vector<std::shared_ptr<M>> build(int n, const A&... args) {
+  std::vector<std::shared_ptr<M>> out;
+  for (int r = 0; r < n; ++r) out.push_back(std::make_shared<M>(args...));
+  return out;
 }
 
 std::vector<double> flat(const Tensors& ts) {
@@ -102,8 +113,9 @@ TEST_P(JoinUneven, EveryRankEndsWithTheOneProcessParameters) {
   const int world = int(c.batches.size());
   auto groups = thread_groups(world);
   std::vector<std::vector<double>> params(static_cast<size_t>(world));
+  auto all = build<Net>(world);
   on_every_rank(world, [&](int rank) {
-    auto model = std::make_shared<Net>();
+    auto model = all[size_t(rank)];
     DDPOptions o;
     o.bucket_cap_mb = 1e-4;  // several buckets
     o.find_unused_parameters = c.find_unused;
@@ -158,8 +170,8 @@ struct BNNet : nn::Module {
 };
 
 Tensor image(int rank, int step) {
-  manual_seed(uint64_t(50 + 13 * rank + step));
-  return randn({2, 2, 3, 3}, DType::f64);
+  Generator gen(uint64_t(50 + 13 * rank + step));
+  return randn({2, 2, 3, 3}, DType::f64, &gen);
 }
 
 TEST(JoinSyncBatchNorm, MatchesBatchNormOverTheRunningRanksSamples) {
@@ -167,8 +179,10 @@ TEST(JoinSyncBatchNorm, MatchesBatchNormOverTheRunningRanksSamples) {
   const int world = 3;
   auto groups = thread_groups(world);
   std::vector<std::vector<double>> params(world), buffers(world);
+  std::vector<std::shared_ptr<BNNet>> all;
+  for (int r = 0; r < world; ++r) all.push_back(std::make_shared<BNNet>(groups[size_t(r)]));
   on_every_rank(world, [&](int rank) {
-    auto model = std::make_shared<BNNet>(groups[size_t(rank)]);
+    auto model = all[size_t(rank)];
     DistributedDataParallel<BNNet> ddp(model, groups[size_t(rank)]);
     optim::SGD opt(model->parameters(), kLr);
     Join join({&ddp});
@@ -211,8 +225,9 @@ TEST(JoinErrors, ThrowOnEarlyTerminationRaisesOnEveryRank) {
   auto groups = thread_groups(3);
   std::vector<std::string> errors(3);
   std::vector<int> steps_done(3, 0);
+  auto all = build<Net>(3);
   on_every_rank(3, [&](int rank) {
-    auto model = std::make_shared<Net>();
+    auto model = all[size_t(rank)];
     DistributedDataParallel<Net> ddp(model, groups[size_t(rank)],
                                      {.find_unused_parameters = true});
     Join join({&ddp}, {.throw_on_early_termination = true});

@@ -8,8 +8,9 @@
 // device and dtype, the first bucket of each kind capped at 1 MiB (so the
 // first allreduce starts early; at bucket_cap_mb when that is smaller) and
 // the others at bucket_cap_mb. Each bucket
-// is one flat buffer, and each parameter's .grad is a view into it, so the
-// gradients exist once and a bucket is communicated without packing.
+// is one flat buffer, and each parameter's .grad is a view into it (Note
+// [Gradient as bucket view]), so the gradients exist once and a bucket is
+// communicated without packing.
 //
 // Note [Launch order]
 // A post-accumulate hook on every parameter marks its gradient ready. When
@@ -27,20 +28,46 @@
 // synchronised backward the reducer records the order in which gradients
 // became ready; at the next forward rank 0 broadcasts its order and every
 // rank rebuilds its buckets from it (once), copying the current gradients
-// into the new buffers.
+// into the new buffers. Under find_unused_parameters the order differs
+// between ranks and iterations (unused parameters go ready at the first
+// hook), so, as in PyTorch, the rebuild is skipped there unless the graph is
+// static. rebuild_buckets(assignment) installs any assignment the caller
+// chooses (the same on every rank), e.g. from last_grad_ready_times().
 //
 // Note [Unused parameters]
 // A parameter that takes no part in this iteration's loss never fires its
 // hook, so its bucket would never be ready and the job would hang. With
 // find_unused_parameters, the forward's outputs are traced back through the
-// graph; parameters not reached are marked ready at once, contributing
-// their current .grad (zeros if none), and at the end of backward any
-// parameter still missing is marked ready too. A small allreduce of "used"
-// flags then tells every rank which parameters no rank used: those keep an
-// undefined .grad (if they had none), as in a single process, so the
-// optimizer skips them the same way. Without the option, the end of backward
-// waits for the buckets already launched and the next forward raises an
-// error naming the parameters that got no gradient.
+// graph and the parameters not reached are remembered; they are marked
+// ready when the first gradient hook of the backward fires, never inside
+// forward (a bucket launched in forward would overtake, on this rank only,
+// any collective the program issues between forward and backward: a logged
+// loss, SyncBatchNorm, a second model on the group). At the end of backward
+// any parameter still missing is marked ready too. Each contributes its
+// current .grad (zeros if none). A small allreduce of "used" flags then
+// tells every rank which parameters no rank used: those keep their .grad
+// exactly as it was (undefined if they had none; their local value, not an
+// average, if they had one), as in a single process, so the optimizer skips
+// them the same way. Without the option, the end of backward waits for the
+// buckets already launched and the next forward raises an error naming the
+// parameters that got no gradient.
+//
+// Note [Static graph]
+// With static_graph the set of used parameters is the same every iteration.
+// The first synchronised backward learns it without a graph walk: at its
+// end the parameters that got no gradient are marked ready and remembered,
+// and the used-flags allreduce runs once. Later iterations mark those
+// parameters ready at the first hook, with no walk and no flags allreduce.
+// A remembered parameter that does get a gradient is an error naming it.
+//
+// Note [Gradient as bucket view]
+// With gradient_as_bucket_view (the default) each .grad is a view into its
+// bucket, so autograd accumulates straight into the bucket: with
+// zero_grad(set_to_none = false) a step copies no gradient; with
+// set_to_none = true each fresh gradient is copied in once (and .grad set
+// to the view). Without it, .grad is a tensor of its own: copied into the
+// bucket when ready and the average copied back after the communication
+// (two copies per parameter and step). grad_copies() counts the copies.
 
 #include <chrono>
 #include <cstdint>
