@@ -70,6 +70,9 @@ TEST(DDPSemantics, UnusedParametersAreMarkedAtTheFirstHookNotInForward) {
   EXPECT_EQ(group->allreduces.load(), 5);
   EXPECT_FALSE(model->b->weight.grad().defined());
   EXPECT_TRUE(model->a->weight.grad().defined());
+  // Note [Rebuilding buckets]: no rebuild from an order that differs by rank.
+  sum(ddp(input(1))).backward();
+  EXPECT_FALSE(ddp.reducer().buckets_rebuilt());
 }
 
 // A parameter no rank used keeps its own .grad, not the average of all.
