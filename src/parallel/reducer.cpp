@@ -177,7 +177,7 @@ void Reducer::check_previous_iteration() {
     // evaluation with grad mode on), or a backward that failed half-way.
     // Nothing may stay in flight on the buffers we are about to reuse.
     bool any_launched = next_launch_ > 0;
-    wait_launched_quietly();
+    wait_launched_or_detach();
     armed_ = false;
     callback_queued_ = false;
     if (any_launched)
@@ -192,16 +192,26 @@ void Reducer::check_previous_iteration() {
   }
 }
 
-void Reducer::wait_launched_quietly() {
+bool Reducer::wait_launched_quietly() {
+  bool failed = false;
   for (auto& b : buckets_) {
     if (!b->launched) continue;
     b->launched = false;
     try {
       if (b->work.work) b->work.work->wait(group_->timeout());
     } catch (const std::exception& e) {
+      failed = true;
       DDP_LOG_WARNING("DistributedDataParallel: bucket {} failed: {}", b->timing.index, e.what());
     }
   }
+  return failed;
+}
+
+// Note [Bucket errors]: after a failure nobody may see the old buffers.
+void Reducer::wait_launched_or_detach() {
+  if (!wait_launched_quietly()) return;
+  discard_gradients();
+  detach_failed_buffers();
 }
 
 void Reducer::prepare_for_backward(const Tensors& outputs) {
@@ -377,7 +387,7 @@ void Reducer::finalize_backward() {
   if (next_launch_ < buckets_.size()) {
     // Note [Unused parameters]: without the option this is an error, raised
     // by the next forward; first let the buckets in flight finish.
-    wait_launched_quietly();
+    wait_launched_or_detach();
     std::vector<size_t> missing = unready_params();
     unfinished_error_ = fmt::format(
         "DistributedDataParallel (rank {}): the previous backward produced no gradient for {} "

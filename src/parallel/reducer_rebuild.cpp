@@ -38,7 +38,7 @@ void Reducer::rebuild_buckets(const std::vector<std::vector<size_t>>& assignment
   DDP_CHECK_T(ValueError, listed == params_.size(),
               "Reducer::rebuild_buckets: the assignment lists {} of {} parameters", listed,
               params_.size());
-  wait_launched_quietly();
+  wait_launched_or_detach();
   install_buckets(assignment);
   rebuilt_ = true;
   rebuild_due_ = false;

@@ -189,7 +189,8 @@ class Reducer {
   void check_previous_iteration();
   void rebuild_from_rank0_order();
   std::vector<size_t> unready_params() const;
-  void wait_launched_quietly();
+  bool wait_launched_quietly();  // true if a bucket failed
+  void wait_launched_or_detach();
   void install_buckets(std::vector<std::vector<size_t>> assignment);
   void find_unused(const Tensors& outputs);
   void mark_unused_now();
