@@ -231,8 +231,10 @@ void Reducer::prepare_for_backward(const Tensors& outputs) {
   saved_unused_grads_.assign(params_.size(), Tensor());
   ready_at_.assign(params_.size(), BucketTiming::Clock::time_point{});
   if (!rebuilt_ && options_.rebuild_buckets) ready_order_.clear();
-  if (options_.static_graph && static_known_) {
-    unused_pending_ = static_unused_;  // Note [Static graph]: no graph walk
+  if (options_.static_graph) {
+    // Note [Static graph]: never a graph walk (as in PyTorch, also with
+    // find_unused_parameters); the first iteration learns at its end.
+    if (static_known_) unused_pending_ = static_unused_;
   } else if (options_.find_unused_parameters) {
     find_unused(outputs);
   }
@@ -246,6 +248,7 @@ void Reducer::prepare_for_backward(const Tensors& outputs) {
 // another model on the same group) on this rank but not on a rank where the
 // parameter was used, and collectives match by order.
 void Reducer::find_unused(const Tensors& outputs) {
+  ++graph_walks_;
   std::unordered_set<const autograd::Node*> reached;
   std::vector<std::shared_ptr<autograd::Node>> stack;
   for (const Tensor& out : outputs) {

@@ -216,8 +216,8 @@ TEST(DDPSemantics, StaticGraphGivesTheSameGradientsAsFindUnused) {
       auto model = all[size_t(rank)];
       DDPOptions o;
       o.bucket_cap_mb = 1e-6;
-      if (mode == 0) o.find_unused_parameters = true;
-      else o.static_graph = true;
+      o.find_unused_parameters = mode == 0;
+      o.static_graph = mode == 1;
       DistributedDataParallel<TwoHeads> ddp(model, groups[size_t(rank)], o);
       optim::SGD opt(model->parameters(), 0.1);
       for (int step = 0; step < 3; ++step) {
@@ -228,6 +228,9 @@ TEST(DDPSemantics, StaticGraphGivesTheSameGradientsAsFindUnused) {
       if (mode == 1) {
         EXPECT_EQ(ddp.reducer().static_unused().size(), 2u);  // b.weight, b.bias
         EXPECT_TRUE(ddp.reducer().buckets_rebuilt());
+        EXPECT_EQ(ddp.reducer().graph_walks(), 0u);
+      } else {
+        EXPECT_EQ(ddp.reducer().graph_walks(), 3u);
       }
       for (const Tensor& p : model->parameters())
         results[mode][rank].push_back(p.to_vector<double>());

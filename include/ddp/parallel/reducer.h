@@ -174,6 +174,8 @@ class Reducer {
   // How many gradient copies between .grad and the bucket buffers there were
   // (Note [Gradient as bucket view]); cumulative.
   uint64_t grad_copies() const { return grad_copies_; }
+  // How many forwards traced their outputs for unused parameters.
+  uint64_t graph_walks() const { return graph_walks_; }
   // Note [Static graph]: the parameters found unused in the first iteration.
   const std::vector<size_t>& static_unused() const { return static_unused_; }
 
@@ -235,6 +237,7 @@ class Reducer {
   std::vector<BucketTiming::Clock::time_point> ready_at_;
   std::vector<std::chrono::nanoseconds> ready_times_;
   uint64_t grad_copies_ = 0;
+  uint64_t graph_walks_ = 0;
   double grad_scale_ = 1.0;
   bool launch_at_end_ = false;
   std::vector<Tensor> abandoned_;  // buffers a failed collective may still write
