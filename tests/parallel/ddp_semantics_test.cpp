@@ -75,6 +75,29 @@ TEST(DDPSemantics, UnusedParametersAreMarkedAtTheFirstHookNotInForward) {
   EXPECT_FALSE(ddp.reducer().buckets_rebuilt());
 }
 
+// The same across ranks: a loss allreduce between forward and backward
+// meets the other rank's loss allreduce, although a layer is unused on one
+// rank only (its bucket would have gone out in forward there).
+TEST(DDPSemantics, ALoggedLossAllreduceBetweenForwardAndBackwardKeepsItsPlace) {
+  auto groups = thread_groups(2);
+  auto all = models(2);
+  std::vector<double> logged(2), local(2);
+  on_every_rank(2, [&](int rank) {
+    auto model = all[size_t(rank)];
+    model->use_b = rank == 0;
+    DistributedDataParallel<TwoHeads> ddp(model, groups[size_t(rank)],
+                                          {.bucket_cap_mb = 1e-6, .find_unused_parameters = true});
+    Tensor loss = sum(ddp(input(rank)));
+    Tensor copy = loss.detach().clone().reshape({1});
+    local[size_t(rank)] = copy.item<double>();
+    groups[size_t(rank)]->allreduce({copy})->wait();
+    logged[size_t(rank)] = copy.item<double>();
+    loss.backward();
+  });
+  EXPECT_DOUBLE_EQ(logged[0], local[0] + local[1]);
+  EXPECT_DOUBLE_EQ(logged[1], local[0] + local[1]);
+}
+
 // A parameter no rank used keeps its own .grad, not the average of all.
 TEST(DDPSemantics, AParameterUnusedOnAllRanksKeepsItsGradUntouched) {
   auto groups = thread_groups(2);
