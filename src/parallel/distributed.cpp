@@ -62,12 +62,14 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<nn::Mod
   buffers_ = module_base_->buffers();
   Tensors state = module_base_->parameters();  // frozen ones too: all ranks start equal
   state.insert(state.end(), buffers_.begin(), buffers_.end());
-  broadcast_from_rank0(state);
+  broadcast_from(state, 0);
 
   ReducerOptions r;
   r.bucket_cap_mb = options_.bucket_cap_mb;
   r.find_unused_parameters = options_.find_unused_parameters;
   r.rebuild_buckets = options_.rebuild_buckets;
+  r.static_graph = options_.static_graph;
+  r.gradient_as_bucket_view = options_.gradient_as_bucket_view;
   reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_, r);
 }
 
@@ -130,20 +132,73 @@ Device DistributedDataParallelBase::model_device() const {
   return Device::cpu();
 }
 
-void DistributedDataParallelBase::broadcast_from_rank0(const Tensors& tensors) {
+void DistributedDataParallelBase::broadcast_from(const Tensors& tensors, int root) {
   if (group_->size() == 1 || tensors.empty()) return;
   NoGradGuard no_grad;
-  group_->broadcast(tensors, 0)->wait(group_->timeout());
+  group_->broadcast(tensors, root)->wait(group_->timeout());
 }
 
 void DistributedDataParallelBase::pre_forward() {
   if (!autograd::grad_enabled()) return;
+  int buffer_root = 0;
+  if (join_) {
+    // Note [Join]: one allreduce says who is still here; then this
+    // iteration's SyncBatchNorm collectives are noted for a rank that joins.
+    Join::Notice notice = join_->notify(*this, sync_, reducer_->rebuild_due());
+    buffer_root = notice.root;
+    reducer_->set_grad_scale(notice.grad_scale);
+    join_close_iteration();
+    reducer_->set_launch_at_end(!join_log_last_.empty());
+    join_log_open_ = true;
+    detail::set_join_log(&join_log_building_);
+  }
   reducer_->prepare_for_forward();
-  if (options_.broadcast_buffers && module_base_->is_training()) broadcast_from_rank0(buffers_);
+  // Inside no_sync the buffers stay local (the gradients do too); all go out
+  // in one coalesced broadcast.
+  if (options_.broadcast_buffers && sync_ && module_base_->is_training())
+    broadcast_from(buffers_, buffer_root);
 }
 
 void DistributedDataParallelBase::post_forward(const Tensors& outputs) {
   if (autograd::grad_enabled() && sync_) reducer_->prepare_for_backward(outputs);
+}
+
+// ---- Note [Join] -----------------------------------------------------------------
+
+void DistributedDataParallelBase::set_join_context(Join* join) {
+  join_ = join;
+  if (join == nullptr) {
+    reducer_->set_grad_scale(1.0);
+    reducer_->set_launch_at_end(false);
+    join_log_open_ = false;
+    join_log_building_.clear();
+  }
+}
+
+void DistributedDataParallelBase::join_close_iteration() {
+  if (!join_log_open_) return;
+  join_log_last_ = std::move(join_log_building_);
+  join_log_building_.clear();
+  join_log_open_ = false;
+}
+
+void DistributedDataParallelBase::join_shadow_iteration(bool syncing, bool rebuild,
+                                                        int buffer_root) {
+  NoGradGuard no_grad;
+  if (rebuild) reducer_->shadow_rebuild();
+  if (options_.broadcast_buffers && syncing && module_base_->is_training())
+    broadcast_from(buffers_, buffer_root);
+  for (const JoinCollective& c : join_log_last_) {
+    Tensor zeros = Tensor::zeros(c.shape, TensorOptions(c.dtype).device(c.device));
+    c.group->allreduce({zeros})->wait(c.group->timeout());
+  }
+  if (syncing) reducer_->shadow_backward();
+}
+
+void DistributedDataParallelBase::join_final_sync(int root) {
+  Tensors state = module_base_->parameters();
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  broadcast_from(state, root);
 }
 
 }  // namespace ddp::parallel

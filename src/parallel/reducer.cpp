@@ -3,6 +3,8 @@
 
 #include "ddp/parallel/reducer.h"
 
+#include "parallel/reducer_bucket.h"
+
 #include <algorithm>
 #include <map>
 #include <numeric>
@@ -14,6 +16,7 @@
 #include "ddp/autograd/node.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
+#include "ddp/tensor/ops.h"
 
 namespace ddp::parallel {
 
@@ -77,16 +80,6 @@ std::vector<std::vector<size_t>> assign_buckets(const Tensors& params,
   return buckets;
 }
 
-struct Reducer::Bucket {
-  Tensor buffer;                // flat: the gradients of `params`, back to back
-  std::vector<size_t> params;   // parameter indices, in bucket order
-  Tensors views;                // by slot: the .grad of params[slot]
-  size_t pending = 0;           // gradients not yet ready in this pass
-  bool launched = false;
-  BucketWork work;
-  BucketTiming timing;
-};
-
 Reducer::Reducer(Tensors params, std::vector<std::string> names,
                  std::shared_ptr<dist::ProcessGroup> group, ReducerOptions options)
     : params_(std::move(params)), names_(std::move(names)), group_(std::move(group)),
@@ -131,10 +124,14 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   std::vector<size_t> caps = {
       mib_to_bytes(std::min(options_.first_bucket_cap_mb, options_.bucket_cap_mb)),
       mib_to_bytes(options_.bucket_cap_mb)};
+  install_buckets(assign_buckets(params_, order, caps));
+}
+
+void Reducer::install_buckets(std::vector<std::vector<size_t>> assignment) {
   std::vector<std::unique_ptr<Bucket>> buckets;
   std::vector<Locator> locate(params_.size());
   NoGradGuard no_grad;
-  for (auto& members : assign_buckets(params_, order, caps)) {
+  for (auto& members : assignment) {
     auto b = std::make_unique<Bucket>();
     int64_t total = 0;
     for (size_t i : members) total += params_[i].numel();
@@ -146,9 +143,10 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
       Tensor view = b->buffer.narrow(0, offset, p.numel()).view(p.shape());
       offset += p.numel();
       // A gradient that exists already moves into the bucket (a rebuild, or
-      // a model that was trained before it was wrapped).
+      // a model that was trained before it was wrapped); Note [Gradient as
+      // bucket view].
       Tensor g = p.grad();
-      if (g.defined()) {
+      if (g.defined() && options_.gradient_as_bucket_view) {
         view.copy_(g);
         params_[members[slot]].set_grad(view);
       }
@@ -165,19 +163,6 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   locate_ = std::move(locate);
 }
 
-std::vector<std::vector<size_t>> Reducer::bucket_assignment() const {
-  std::vector<std::vector<size_t>> out;
-  for (const auto& b : buckets_) out.push_back(b->params);
-  return out;
-}
-
-void Reducer::register_comm_hook(CommHook hook) {
-  DDP_CHECK_T(ValueError, hook != nullptr, "register_comm_hook: empty hook");
-  DDP_CHECK_T(ValueError, hook_ == nullptr,
-              "register_comm_hook: a communication hook is registered already (one per model)");
-  hook_ = std::move(hook);
-}
-
 // ---- one backward pass -------------------------------------------------------
 
 void Reducer::prepare_for_forward() {
@@ -192,7 +177,7 @@ void Reducer::check_previous_iteration() {
     // evaluation with grad mode on), or a backward that failed half-way.
     // Nothing may stay in flight on the buffers we are about to reuse.
     bool any_launched = next_launch_ > 0;
-    wait_launched_quietly();
+    wait_launched_or_detach();
     armed_ = false;
     callback_queued_ = false;
     if (any_launched)
@@ -207,16 +192,26 @@ void Reducer::check_previous_iteration() {
   }
 }
 
-void Reducer::wait_launched_quietly() {
+bool Reducer::wait_launched_quietly() {
+  bool failed = false;
   for (auto& b : buckets_) {
     if (!b->launched) continue;
     b->launched = false;
     try {
       if (b->work.work) b->work.work->wait(group_->timeout());
     } catch (const std::exception& e) {
+      failed = true;
       DDP_LOG_WARNING("DistributedDataParallel: bucket {} failed: {}", b->timing.index, e.what());
     }
   }
+  return failed;
+}
+
+// Note [Bucket errors]: after a failure nobody may see the old buffers.
+void Reducer::wait_launched_or_detach() {
+  if (!wait_launched_quietly()) return;
+  discard_gradients();
+  detach_failed_buffers();
 }
 
 void Reducer::prepare_for_backward(const Tensors& outputs) {
@@ -232,11 +227,28 @@ void Reducer::prepare_for_backward(const Tensors& outputs) {
   callback_queued_ = false;
   armed_ = true;
   backward_done_ = false;
+  unused_pending_.clear();
+  saved_unused_grads_.assign(params_.size(), Tensor());
+  ready_at_.assign(params_.size(), BucketTiming::Clock::time_point{});
   if (!rebuilt_ && options_.rebuild_buckets) ready_order_.clear();
-  if (!options_.find_unused_parameters) return;
+  if (options_.static_graph) {
+    // Note [Static graph]: never a graph walk (as in PyTorch, also with
+    // find_unused_parameters); the first iteration learns at its end.
+    if (static_known_) unused_pending_ = static_unused_;
+  } else if (options_.find_unused_parameters) {
+    find_unused(outputs);
+  }
+}
 
-  // Note [Unused parameters]: walk the graph from the outputs and mark every
-  // parameter whose accumulator it does not reach.
+// Note [Unused parameters]: walk the graph from the outputs and remember
+// every parameter whose accumulator it does not reach. They are marked ready
+// at the first gradient hook of the backward, not here: marking one here can
+// complete a bucket and start its allreduce inside forward, ahead of any
+// collective the program issues between forward and backward (a logged loss,
+// another model on the same group) on this rank but not on a rank where the
+// parameter was used, and collectives match by order.
+void Reducer::find_unused(const Tensors& outputs) {
+  ++graph_walks_;
   std::unordered_set<const autograd::Node*> reached;
   std::vector<std::shared_ptr<autograd::Node>> stack;
   for (const Tensor& out : outputs) {
@@ -252,8 +264,15 @@ void Reducer::prepare_for_backward(const Tensors& outputs) {
   }
   for (size_t i = 0; i < params_.size(); ++i) {
     autograd::Edge e = autograd::gradient_edge(params_[i]);
-    if (!reached.count(e.node.get())) mark_ready(i, false);
+    if (!reached.count(e.node.get())) unused_pending_.push_back(i);
   }
+}
+
+void Reducer::mark_unused_now() {
+  std::vector<size_t> pending = std::move(unused_pending_);
+  unused_pending_.clear();
+  for (size_t i : pending)
+    if (!ready_[i]) mark_ready(i, false);
 }
 
 // Called from parameter i's hook (from_hook) or for an unused parameter.
@@ -269,11 +288,25 @@ void Reducer::mark_ready(size_t i, bool from_hook) {
               names_[i]);
     return;
   }
+  if (from_hook && !callback_queued_) {
+    // The first hook of this backward: the end-of-backward callback, and the
+    // unused parameters found at forward go ready now (Note [Unused
+    // parameters]).
+    callback_queued_ = true;
+    backward_start_ = BucketTiming::Clock::now();
+    autograd::queue_callback([this] { finalize_backward(); });
+    mark_unused_now();
+  }
   DDP_CHECK(!ready_[i],
             "DistributedDataParallel: parameter '{}' got a gradient twice in one synchronised "
-            "backward. Run one backward per forward (or use no_sync() for the extra ones).",
-            names_[i]);
+            "backward. Run one backward per forward (or use no_sync() for the extra ones).{}",
+            names_[i],
+            options_.static_graph
+                ? " With static_graph the parameters unused in the first iteration must stay "
+                  "unused (Note [Static graph])."
+                : "");
   ready_[i] = 1;
+  ready_at_[i] = BucketTiming::Clock::now();
   if (!rebuilt_ && options_.rebuild_buckets) ready_order_.push_back(i);
   const Locator& at = locate_[i];
   Bucket& b = *buckets_[at.bucket];
@@ -281,23 +314,24 @@ void Reducer::mark_ready(size_t i, bool from_hook) {
   Tensor g = params_[i].grad();
   {
     NoGradGuard no_grad;
+    if (from_hook) used_[i] = 1;
     if (!g.defined()) {
       view.zero_();  // unused and no gradient yet: contributes zeros
     } else {
-      used_[i] = 1;
-      if (g.data_ptr() != view.data_ptr()) {  // a fresh gradient: move it in
+      // An unused parameter contributes the gradient it has (so that a
+      // parameter used on some ranks averages like one process would); if
+      // no rank used it, that local value comes back afterwards untouched.
+      if (!from_hook) saved_unused_grads_[i] = g.clone();
+      if (g.data_ptr() != view.data_ptr()) {  // Note [Gradient as bucket view]
         view.copy_(g);
-        params_[i].set_grad(view);
+        ++grad_copies_;
+        if (options_.gradient_as_bucket_view) params_[i].set_grad(view);
       }
     }
   }
-  if (from_hook && !callback_queued_) {
-    callback_queued_ = true;
-    autograd::queue_callback([this] { finalize_backward(); });
-  }
   if (--b.pending == 0) {
     b.timing.ready = BucketTiming::Clock::now();
-    launch_ready_buckets();
+    if (!launch_at_end_) launch_ready_buckets();
   }
 }
 
@@ -340,32 +374,46 @@ void Reducer::finalize_backward() {
     }
   } disarm{this};
 
-  if (options_.find_unused_parameters)
-    for (size_t i : unready_params()) mark_ready(i, false);
+  mark_unused_now();
+  // Note [Static graph]: the first iteration finds the unused parameters
+  // here, at the end of backward, without walking the graph.
+  const bool learn_static = options_.static_graph && !static_known_;
+  if (options_.find_unused_parameters || learn_static) {
+    std::vector<size_t> missing = unready_params();
+    for (size_t i : missing) mark_ready(i, false);
+    if (learn_static) {
+      static_unused_ = missing;
+      static_known_ = true;
+    }
+  }
+  launch_ready_buckets();  // those held back by set_launch_at_end
   if (next_launch_ < buckets_.size()) {
     // Note [Unused parameters]: without the option this is an error, raised
     // by the next forward; first let the buckets in flight finish.
-    wait_launched_quietly();
+    wait_launched_or_detach();
     std::vector<size_t> missing = unready_params();
     unfinished_error_ = fmt::format(
         "DistributedDataParallel (rank {}): the previous backward produced no gradient for {} "
         "parameter(s): {}. Their gradients were not averaged across ranks. Either every output "
         "of forward must take part in the loss, or construct DistributedDataParallel with "
-        "find_unused_parameters = true.",
+        "find_unused_parameters = true (or static_graph = true).",
         group_->rank(), missing.size(), list_names(names_, missing));
     return;
   }
   // Note [Bucket errors]
   // A bucket whose collective failed holds whatever the failure left in it
   // (a partial sum, a half-received buffer), and its .grad views point into
-  // it: an optimizer step would consume that. So every bucket is waited (none
-  // may stay in flight on our buffers), each Work is also asked for an error
-  // that wait() did not raise (nccl's wait() only orders streams, but a
-  // failure its watchdog has seen is already recorded; Note [Async error
-  // handling]), and on any failure every parameter's .grad is cleared (an
-  // optimizer skips a parameter without a gradient, as in a single process)
-  // before the first error is raised from backward. The next backward fills
-  // the buckets afresh.
+  // it: an optimizer step would consume that. So every bucket is waited (as
+  // far as the timeout allows), each Work is also asked for an error that
+  // wait() did not raise (nccl's wait() only orders streams, but a failure
+  // its watchdog has seen is already recorded; Note [Async error handling]),
+  // and on any failure every parameter's .grad is cleared (an optimizer
+  // skips a parameter without a gradient, as in a single process) before
+  // the first error is raised from backward. A collective that timed out may
+  // still complete later and write into its buffer: so the failed buffers
+  // are abandoned (kept alive, never again viewed by a .grad) and the
+  // buckets get fresh ones; nothing the user can see is written after the
+  // error was raised.
   std::exception_ptr failure;
   int failed_bucket = -1;
   for (auto& b : buckets_) {
@@ -385,16 +433,61 @@ void Reducer::finalize_backward() {
   }
   if (failure) {
     discard_gradients();
+    detach_failed_buffers();
     DDP_LOG_ERROR(
         "DistributedDataParallel (rank {}): the communication of bucket {} failed; the gradients "
         "of this backward were discarded (every .grad cleared)",
         group_->rank(), failed_bucket);
     std::rethrow_exception(failure);
   }
+  if (grad_scale_ != 1.0) {
+    NoGradGuard no_grad;
+    for (auto& b : buckets_) b->buffer.mul_(grad_scale_);
+  }
   timeline_.clear();
   for (const auto& b : buckets_) timeline_.push_back(b->timing);
-  if (options_.find_unused_parameters) reduce_used_flags();
-  if (!rebuilt_ && options_.rebuild_buckets) rebuild_due_ = true;
+  ready_times_.assign(params_.size(), std::chrono::nanoseconds(-1));
+  for (size_t i = 0; i < params_.size(); ++i)
+    if (used_[i])
+      ready_times_[i] =
+          std::chrono::duration_cast<std::chrono::nanoseconds>(ready_at_[i] - backward_start_);
+  std::vector<char> globally_used(params_.size(), 1);
+  if (options_.find_unused_parameters || options_.static_graph) globally_used = reduce_used_flags();
+  copy_back_to_grads(globally_used);
+  // Note [Rebuilding buckets]: under find_unused_parameters the order in
+  // which gradients arrive differs between ranks and iterations, so the
+  // rebuild is skipped (as PyTorch does) unless the graph is static.
+  if (!rebuilt_ && options_.rebuild_buckets &&
+      (!options_.find_unused_parameters || options_.static_graph))
+    rebuild_due_ = true;
+}
+
+// Note [Gradient as bucket view]: after the buckets were averaged, each
+// .grad must hold its parameter's average. As a view it already does; as a
+// separate tensor it gets one copy. A parameter no rank used keeps the .grad
+// it had (restored if the bucket averaged it) or none.
+void Reducer::copy_back_to_grads(const std::vector<char>& globally_used) {
+  NoGradGuard no_grad;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const Locator& at = locate_[i];
+    const Tensor& view = buckets_[at.bucket]->views[at.slot];
+    Tensor g = params_[i].grad();
+    if (!globally_used[i]) {
+      if (g.defined() && saved_unused_grads_[i].defined() && g.data_ptr() == view.data_ptr())
+        g.copy_(saved_unused_grads_[i]);
+      continue;
+    }
+    if (options_.gradient_as_bucket_view) {
+      if (!g.defined()) params_[i].set_grad(view);
+    } else if (g.defined()) {
+      g.copy_(view);
+      ++grad_copies_;
+    } else {
+      params_[i].set_grad(view.clone());
+      ++grad_copies_;
+    }
+  }
+  saved_unused_grads_.assign(params_.size(), Tensor());
 }
 
 // See Note [Bucket errors].
@@ -403,53 +496,32 @@ void Reducer::discard_gradients() {
   for (Tensor& p : params_) p.set_grad(Tensor());
 }
 
+// See Note [Bucket errors]: the old buffers stay alive (a late completion
+// writes into memory nobody reads) and every bucket gets a fresh one.
+void Reducer::detach_failed_buffers() {
+  for (auto& b : buckets_) abandoned_.push_back(b->buffer);
+  install_buckets(bucket_assignment());
+}
+
 // Tensors of host data for a control collective. See Note [Routing by device].
 Tensor Reducer::control_tensor(const Tensor& host) const {
   const Device compute = params_.empty() ? Device::cpu() : params_.front().device();
   return host.to(dist::control_device(*group_, compute));
 }
 
-// Note [Unused parameters]: a parameter no rank used keeps an undefined
-// .grad; one that some rank used gets the averaged bucket view.
-void Reducer::reduce_used_flags() {
+// Note [Unused parameters]: which parameters some rank used. With a static
+// graph the answer of the first iteration holds for all (Note [Static graph]).
+std::vector<char> Reducer::reduce_used_flags() {
+  if (options_.static_graph && !static_global_used_.empty())
+    return static_global_used_;
   std::vector<float> flags(used_.begin(), used_.end());
   Tensor t = control_tensor(Tensor::from_vector(flags, {int64_t(flags.size())}));
   group_->allreduce({t}, dist::ReduceOp::sum)->wait(group_->timeout());
   std::vector<float> global = t.cpu().to_vector<float>();
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (global[i] == 0 || params_[i].grad().defined()) continue;
-    const Locator& at = locate_[i];
-    params_[i].set_grad(buckets_[at.bucket]->views[at.slot]);
-  }
-}
-
-// Note [Rebuilding buckets]
-void Reducer::rebuild_from_rank0_order() {
-  rebuild_due_ = false;
-  std::vector<int64_t> order;
-  std::vector<char> listed(params_.size(), 0);
-  for (size_t i : ready_order_) {
-    order.push_back(int64_t(i));
-    listed[i] = 1;
-  }
-  for (size_t i = params_.size(); i-- > 0;)  // never ready: reverse registration order
-    if (!listed[i]) order.push_back(int64_t(i));
-  Tensor t = control_tensor(Tensor::from_vector(order, {int64_t(order.size())}));
-  group_->broadcast({t}, 0)->wait(group_->timeout());
-  std::vector<int64_t> rank0 = t.cpu().to_vector<int64_t>();
-  std::vector<size_t> new_order;
-  std::vector<char> seen(params_.size(), 0);
-  for (int64_t v : rank0) {
-    DDP_CHECK(v >= 0 && size_t(v) < params_.size() && !seen[size_t(v)],
-              "DistributedDataParallel: rank 0's gradient order is not a permutation of {} "
-              "parameters (do all ranks wrap the same model?)",
-              params_.size());
-    seen[size_t(v)] = 1;
-    new_order.push_back(size_t(v));
-  }
-  build_buckets(new_order);
-  rebuilt_ = true;
-  ready_order_.clear();
+  std::vector<char> out(params_.size(), 0);
+  for (size_t i = 0; i < params_.size(); ++i) out[i] = global[i] != 0;
+  if (options_.static_graph) static_global_used_ = out;
+  return out;
 }
 
 }  // namespace ddp::parallel

@@ -3,6 +3,7 @@
 
 #include "ddp/parallel/sync_batch_norm.h"
 
+
 #include <fmt/format.h>
 
 #include <concepts>
@@ -12,6 +13,7 @@
 #include "tensor/autocast_policy.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/autograd/node.h"
+#include "ddp/parallel/join.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/functional/batch_norm.h"
 #include "ddp/nn/functional/conv.h"
@@ -73,6 +75,7 @@ GlobalStats reduce_statistics(const Tensor& xc, const Tensor& running_mean,
   } else {
     sums = Tensor::zeros({2 * c + 1}, f64);  // a rank without samples still takes part
   }
+  note_collective_for_join(group, sums);  // Note [Join]
   group.allreduce({sums})->wait(group.timeout());
 
   GlobalStats s;
@@ -114,6 +117,7 @@ Tensors sync_batch_norm_backward(const Saved& s, const Tensor& grad_y) {
   if (s.need_db) db = sum_dy.to(s.bias_dtype);
   if (s.need_dx) {
     Tensor both = cat({sum_dy, sum_dy_xhat});  // a copy: dw and db keep the local sums
+    note_collective_for_join(*s.group, both);  // Note [Join]
     s.group->allreduce({both})->wait(s.group->timeout());
     Tensor mean_dy = per_channel(both.narrow(0, 0, c) / s.count, rank);
     Tensor mean_dy_xhat = per_channel(both.narrow(0, c, c) / s.count, rank);

@@ -32,6 +32,7 @@
 #include "ddp/dist/process_group.h"
 #include "ddp/nn/module.h"
 #include "ddp/parallel/comm_hooks.h"
+#include "ddp/parallel/join.h"
 #include "ddp/parallel/reducer.h"
 
 namespace ddp::parallel {
@@ -45,11 +46,21 @@ struct DDPOptions {
   // one flag per parameter each iteration.
   bool find_unused_parameters = false;
   // Copy rank 0's buffers (BatchNorm running statistics) to every rank at
-  // the start of each forward in training mode.
+  // the start of each synchronised forward in training mode (not inside
+  // no_sync), all buffers in one coalesced broadcast.
   bool broadcast_buffers = true;
   // Rebuild the buckets once, in the order gradients became ready in the
-  // first iteration (Note [Rebuilding buckets]).
+  // first iteration (Note [Rebuilding buckets]; skipped under
+  // find_unused_parameters unless static_graph).
   bool rebuild_buckets = true;
+  // The set of parameters used, and the order of their gradients, is the
+  // same in every iteration (Note [Static graph]): unused parameters are
+  // found once, in the first iteration, without a graph walk.
+  bool static_graph = false;
+  // Each .grad is a view into its bucket: no copies between .grad and the
+  // buckets (Note [Gradient as bucket view]). Leave it on, and prefer
+  // zero_grad(set_to_none = false) with it: a step then copies no gradient.
+  bool gradient_as_bucket_view = true;
 };
 
 // What does not depend on the module's forward signature.
@@ -91,6 +102,21 @@ class DistributedDataParallelBase {
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
   bool require_backward_grad_sync() const { return sync_; }
 
+  // ---- Note [Join] (join.h) -------------------------------------------------
+  // Shadows one iteration of the ranks that still have inputs: the buffer
+  // broadcast (from `buffer_root`), a due bucket rebuild, and the gradient
+  // buckets with zeros. `syncing`: whether their iteration synchronises.
+  void join_shadow_iteration(bool syncing, bool rebuild, int buffer_root);
+  // After all ranks joined: every rank takes the parameters and buffers of
+  // `root` (the last rank to join, whose model saw every step).
+  void join_final_sync(int root);
+  // Set by a join scope around the training loop (nullptr outside one).
+  void set_join_context(Join* join);
+  // When the body of a join scope returned: its last iteration is complete.
+  void join_close_iteration();
+  // The device of the first parameter (the CPU without parameters).
+  Device device() const { return model_device(); }
+
  protected:
   // Around the module's forward: buffers, a due bucket rebuild, and arming
   // the reducer for the backward that follows.
@@ -99,9 +125,8 @@ class DistributedDataParallelBase {
 
  private:
   void verify_same_model_on_all_ranks();
-  // The device of the first parameter (the CPU without parameters).
   Device model_device() const;
-  void broadcast_from_rank0(const Tensors& tensors);
+  void broadcast_from(const Tensors& tensors, int root);
 
   std::shared_ptr<nn::Module> module_base_;
   std::shared_ptr<dist::ProcessGroup> group_;
@@ -109,6 +134,10 @@ class DistributedDataParallelBase {
   std::unique_ptr<Reducer> reducer_;
   Tensors buffers_;
   bool sync_ = true;
+  Join* join_ = nullptr;
+  // Note [Join]: SyncBatchNorm's collectives in this rank's iteration.
+  std::vector<JoinCollective> join_log_building_, join_log_last_;
+  bool join_log_open_ = false;
 };
 
 // The tensors in a forward's result, for the unused-parameter trace: a

@@ -8,8 +8,9 @@
 // device and dtype, the first bucket of each kind capped at 1 MiB (so the
 // first allreduce starts early; at bucket_cap_mb when that is smaller) and
 // the others at bucket_cap_mb. Each bucket
-// is one flat buffer, and each parameter's .grad is a view into it, so the
-// gradients exist once and a bucket is communicated without packing.
+// is one flat buffer, and each parameter's .grad is a view into it (Note
+// [Gradient as bucket view]), so the gradients exist once and a bucket is
+// communicated without packing.
 //
 // Note [Launch order]
 // A post-accumulate hook on every parameter marks its gradient ready. When
@@ -27,20 +28,46 @@
 // synchronised backward the reducer records the order in which gradients
 // became ready; at the next forward rank 0 broadcasts its order and every
 // rank rebuilds its buckets from it (once), copying the current gradients
-// into the new buffers.
+// into the new buffers. Under find_unused_parameters the order differs
+// between ranks and iterations (unused parameters go ready at the first
+// hook), so, as in PyTorch, the rebuild is skipped there unless the graph is
+// static. rebuild_buckets(assignment) installs any assignment the caller
+// chooses (the same on every rank), e.g. from last_grad_ready_times().
 //
 // Note [Unused parameters]
 // A parameter that takes no part in this iteration's loss never fires its
 // hook, so its bucket would never be ready and the job would hang. With
 // find_unused_parameters, the forward's outputs are traced back through the
-// graph; parameters not reached are marked ready at once, contributing
-// their current .grad (zeros if none), and at the end of backward any
-// parameter still missing is marked ready too. A small allreduce of "used"
-// flags then tells every rank which parameters no rank used: those keep an
-// undefined .grad (if they had none), as in a single process, so the
-// optimizer skips them the same way. Without the option, the end of backward
-// waits for the buckets already launched and the next forward raises an
-// error naming the parameters that got no gradient.
+// graph and the parameters not reached are remembered; they are marked
+// ready when the first gradient hook of the backward fires, never inside
+// forward (a bucket launched in forward would overtake, on this rank only,
+// any collective the program issues between forward and backward: a logged
+// loss, SyncBatchNorm, a second model on the group). At the end of backward
+// any parameter still missing is marked ready too. Each contributes its
+// current .grad (zeros if none). A small allreduce of "used" flags then
+// tells every rank which parameters no rank used: those keep their .grad
+// exactly as it was (undefined if they had none; their local value, not an
+// average, if they had one), as in a single process, so the optimizer skips
+// them the same way. Without the option, the end of backward waits for the
+// buckets already launched and the next forward raises an error naming the
+// parameters that got no gradient.
+//
+// Note [Static graph]
+// With static_graph the set of used parameters is the same every iteration.
+// The first synchronised backward learns it without a graph walk: at its
+// end the parameters that got no gradient are marked ready and remembered,
+// and the used-flags allreduce runs once. Later iterations mark those
+// parameters ready at the first hook, with no walk and no flags allreduce.
+// A remembered parameter that does get a gradient is an error naming it.
+//
+// Note [Gradient as bucket view]
+// With gradient_as_bucket_view (the default) each .grad is a view into its
+// bucket, so autograd accumulates straight into the bucket: with
+// zero_grad(set_to_none = false) a step copies no gradient; with
+// set_to_none = true each fresh gradient is copied in once (and .grad set
+// to the view). Without it, .grad is a tensor of its own: copied into the
+// bucket when ready and the average copied back after the communication
+// (two copies per parameter and step). grad_copies() counts the copies.
 
 #include <chrono>
 #include <cstdint>
@@ -79,6 +106,10 @@ struct ReducerOptions {
   double first_bucket_cap_mb = 1.0;
   bool find_unused_parameters = false;
   bool rebuild_buckets = true;  // Note [Rebuilding buckets]
+  // Note [Static graph]
+  bool static_graph = false;
+  // Note [Gradient as bucket view]
+  bool gradient_as_bucket_view = true;
 };
 
 class Reducer {
@@ -103,12 +134,50 @@ class Reducer {
 
   void register_comm_hook(CommHook hook);
 
+  // Note [Rebuilding buckets]: replaces the buckets with `assignment` (per
+  // bucket, parameter indices; every trainable parameter exactly once; one
+  // device and dtype per bucket), copying the current gradients into the new
+  // buffers. Every rank must pass the same assignment; call it between
+  // iterations (not while a backward runs). Raises ValueError for a bad one.
+  void rebuild_buckets(const std::vector<std::vector<size_t>>& assignment);
+
+  // ---- Note [Join] --------------------------------------------------------
+  // A rank that ran out of inputs shadows one synchronised backward of the
+  // others: every bucket goes out (in order, through the comm hook) with zero
+  // gradients, and the used-flags allreduce with no flags set. Nothing is
+  // written into this rank's .grad.
+  void shadow_backward();
+  // Shadows the bucket rebuild the other ranks do at this forward
+  // (Note [Rebuilding buckets]; a collective).
+  void shadow_rebuild();
+  // Whether a synchronised backward ends with the used-flags allreduce.
+  bool syncs_used_flags() const;
+  bool rebuild_due() const { return rebuild_due_; }
+  // Multiplies the averaged gradients of the next synchronised backwards
+  // (join with divide_by_initial_world_size = false).
+  void set_grad_scale(double scale) { grad_scale_ = scale; }
+  // Launch the buckets at the end of backward instead of as they get ready,
+  // so that the backward's collectives come in a fixed order (Note [Join]).
+  void set_launch_at_end(bool on) { launch_at_end_ = on; }
+
   // ---- introspection (tests, benchmarks) -----------------------------------
   size_t num_buckets() const { return buckets_.size(); }
   // Parameter indices of each bucket, in launch order.
   std::vector<std::vector<size_t>> bucket_assignment() const;
   const std::vector<BucketTiming>& last_timeline() const { return timeline_; }
   bool buckets_rebuilt() const { return rebuilt_; }
+  // Per parameter (index into params), the time since the start of the last
+  // synchronised backward (its first hook) at which its gradient became ready;
+  // -1 for a parameter that got no gradient (unused). Empty before the first
+  // synchronised backward.
+  std::vector<std::chrono::nanoseconds> last_grad_ready_times() const { return ready_times_; }
+  // How many gradient copies between .grad and the bucket buffers there were
+  // (Note [Gradient as bucket view]); cumulative.
+  uint64_t grad_copies() const { return grad_copies_; }
+  // How many forwards traced their outputs for unused parameters.
+  uint64_t graph_walks() const { return graph_walks_; }
+  // Note [Static graph]: the parameters found unused in the first iteration.
+  const std::vector<size_t>& static_unused() const { return static_unused_; }
 
  private:
   struct Bucket;
@@ -116,13 +185,19 @@ class Reducer {
   void mark_ready(size_t param, bool from_hook);
   void launch_ready_buckets();
   void finalize_backward();
-  void reduce_used_flags();
+  std::vector<char> reduce_used_flags();
   void discard_gradients();
   Tensor control_tensor(const Tensor& host) const;
   void check_previous_iteration();
   void rebuild_from_rank0_order();
   std::vector<size_t> unready_params() const;
-  void wait_launched_quietly();
+  bool wait_launched_quietly();  // true if a bucket failed
+  void wait_launched_or_detach();
+  void install_buckets(std::vector<std::vector<size_t>> assignment);
+  void find_unused(const Tensors& outputs);
+  void mark_unused_now();
+  void copy_back_to_grads(const std::vector<char>& globally_used);
+  void detach_failed_buffers();
 
   Tensors params_;
   std::vector<std::string> names_;
@@ -149,6 +224,23 @@ class Reducer {
   bool rebuilt_ = false;
   bool rebuild_due_ = false;
   std::vector<size_t> ready_order_;
+
+  // ---- Note [Unused parameters]: found in forward, marked at the first hook ----
+  std::vector<size_t> unused_pending_;
+  std::vector<Tensor> saved_unused_grads_;  // by parameter: local .grad of an unused one
+  // ---- Note [Static graph] ----
+  bool static_known_ = false;
+  std::vector<size_t> static_unused_;
+  std::vector<char> static_global_used_;  // by parameter, from the first iteration
+  // ---- introspection ----
+  BucketTiming::Clock::time_point backward_start_;
+  std::vector<BucketTiming::Clock::time_point> ready_at_;
+  std::vector<std::chrono::nanoseconds> ready_times_;
+  uint64_t grad_copies_ = 0;
+  uint64_t graph_walks_ = 0;
+  double grad_scale_ = 1.0;
+  bool launch_at_end_ = false;
+  std::vector<Tensor> abandoned_;  // buffers a failed collective may still write
 };
 
 }  // namespace ddp::parallel

@@ -21,6 +21,7 @@
 #include "ddp/nn/models/resnet.h"
 #include "ddp/optim/sgd.h"
 #include "ddp/parallel/distributed.h"
+#include "ddp/parallel/join.h"
 #include "ddp/parallel/sync_batch_norm.h"
 #include "ddp/tensor/generator.h"
 #include "ddp/tensor/ops.h"
@@ -277,6 +278,54 @@ TEST(DDPEquality, UnusedParametersWithFindUnused) {
     opt.zero_grad();
   }
   expect_params_match(*mine, *ref, "after training");
+}
+
+// Note [Join]: rank r has r + 2 batches. Ranks that ran out shadow the
+// others' collectives; every iteration's gradient is the sum over the ranks
+// that still had a batch divided by the world size, as PyTorch's default.
+// A GradScaler (an exact power-of-two scale in f64) steps as usual.
+TEST(DDPJoin, UnevenInputsEndWithTheOneProcessParameters) {
+  auto make = [] {
+    manual_seed(21);
+    auto m = std::make_shared<nn::Linear>(5, 3);
+    m->to(DType::f64);
+    return m;
+  };
+  auto batch = [](int r, int step) {
+    Generator gen(7000 + uint64_t(100 * r + step));
+    return randn({4, 5}, DType::f64, &gen);
+  };
+  auto ref = make();
+  optim::SGD opt_ref(ref->parameters(), 0.1);
+  const int steps = world() + 1;
+  for (int s = 0; s < steps; ++s) {
+    opt_ref.zero_grad();
+    Tensor total;
+    for (int r = 0; r < world(); ++r) {
+      if (s >= r + 2) continue;
+      Tensor l = sum(ref->forward(batch(r, s)));
+      total = total.defined() ? total + l : l;
+    }
+    (total / double(world())).backward();
+    opt_ref.step();
+  }
+  auto mine = make();
+  DistributedDataParallel<nn::Linear> ddp_model(
+      mine, g_world.group, {.bucket_cap_mb = 1e-4, .find_unused_parameters = true});
+  optim::SGD opt(mine->parameters(), 0.1);
+  amp::GradScaler scaler({.init_scale = 1024, .growth_interval = 1000});
+  parallel::Join join({&ddp_model});
+  int taken = 0;
+  join.run([&] {
+    for (int s = 0; s < rank() + 2; ++s) {
+      opt.zero_grad();
+      scaler.scale(sum(ddp_model(batch(rank(), s)))).backward();
+      taken += scaler.step(opt);
+      scaler.update();
+    }
+  });
+  EXPECT_EQ(taken, rank() + 2);
+  expect_params_match(*mine, *ref, "after the join");
 }
 
 // A GradScaler after DDP sees averaged gradients: an overflow on one rank
