@@ -68,6 +68,8 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<nn::Mod
   r.bucket_cap_mb = options_.bucket_cap_mb;
   r.find_unused_parameters = options_.find_unused_parameters;
   r.rebuild_buckets = options_.rebuild_buckets;
+  if (options_.auto_bucket_size)
+    tuner_ = std::make_unique<BucketAutoTuner>(params, options_.auto_bucket_iterations);
   reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_, r);
 }
 
@@ -139,6 +141,7 @@ void DistributedDataParallelBase::broadcast_from_rank0(const Tensors& tensors) {
 void DistributedDataParallelBase::pre_forward() {
   if (!autograd::grad_enabled()) return;
   reducer_->prepare_for_forward();
+  if (tuner_) tuner_->on_forward(*reducer_, *group_);
   if (options_.broadcast_buffers && module_base_->is_training()) broadcast_from_rank0(buffers_);
 }
 

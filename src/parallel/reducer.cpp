@@ -112,6 +112,7 @@ Reducer::Reducer(Tensors params, std::vector<std::string> names,
   build_buckets(order);
   ready_.assign(params_.size(), 0);
   used_.assign(params_.size(), 0);
+  ready_times_.assign(params_.size(), BucketTiming::Clock::time_point{});
   for (size_t i = 0; i < params_.size(); ++i)
     hook_handles_.push_back(
         params_[i].register_post_accumulate_grad_hook([this, i](Tensor&) { mark_ready(i, true); }));
@@ -131,10 +132,14 @@ void Reducer::build_buckets(const std::vector<size_t>& order) {
   std::vector<size_t> caps = {
       mib_to_bytes(std::min(options_.first_bucket_cap_mb, options_.bucket_cap_mb)),
       mib_to_bytes(options_.bucket_cap_mb)};
+  build_buckets_from(assign_buckets(params_, order, caps));
+}
+
+void Reducer::build_buckets_from(std::vector<std::vector<size_t>> assignment) {
   std::vector<std::unique_ptr<Bucket>> buckets;
   std::vector<Locator> locate(params_.size());
   NoGradGuard no_grad;
-  for (auto& members : assign_buckets(params_, order, caps)) {
+  for (auto& members : assignment) {
     auto b = std::make_unique<Bucket>();
     int64_t total = 0;
     for (size_t i : members) total += params_[i].numel();
@@ -274,6 +279,7 @@ void Reducer::mark_ready(size_t i, bool from_hook) {
             "backward. Run one backward per forward (or use no_sync() for the extra ones).",
             names_[i]);
   ready_[i] = 1;
+  ready_times_[i] = BucketTiming::Clock::now();
   if (!rebuilt_ && options_.rebuild_buckets) ready_order_.push_back(i);
   const Locator& at = locate_[i];
   Bucket& b = *buckets_[at.bucket];
@@ -393,6 +399,7 @@ void Reducer::finalize_backward() {
   }
   timeline_.clear();
   for (const auto& b : buckets_) timeline_.push_back(b->timing);
+  last_ready_times_ = ready_times_;
   if (options_.find_unused_parameters) reduce_used_flags();
   if (!rebuilt_ && options_.rebuild_buckets) rebuild_due_ = true;
 }
@@ -421,6 +428,44 @@ void Reducer::reduce_used_flags() {
     const Locator& at = locate_[i];
     params_[i].set_grad(buckets_[at.bucket]->views[at.slot]);
   }
+}
+
+void Reducer::rebuild_buckets(const std::vector<std::vector<size_t>>& assignment) {
+  DDP_CHECK(!armed_,
+            "Reducer::rebuild_buckets: called during a synchronised backward; call it between "
+            "iterations");
+  std::vector<char> seen(params_.size(), 0);
+  size_t count = 0;
+  for (size_t k = 0; k < assignment.size(); ++k) {
+    const auto& members = assignment[k];
+    DDP_CHECK_T(ValueError, !members.empty(), "Reducer::rebuild_buckets: bucket {} is empty", k);
+    for (size_t i : members) {
+      DDP_CHECK_T(ValueError, i < params_.size(),
+                  "Reducer::rebuild_buckets: bucket {} names parameter {} ({} parameters)", k, i,
+                  params_.size());
+      DDP_CHECK_T(ValueError, !seen[i],
+                  "Reducer::rebuild_buckets: parameter '{}' is in more than one bucket", names_[i]);
+      seen[i] = 1;
+      ++count;
+      const Tensor& first = params_[members.front()];
+      DDP_CHECK_T(ValueError,
+                  params_[i].device() == first.device() && params_[i].dtype() == first.dtype(),
+                  "Reducer::rebuild_buckets: bucket {} mixes '{}' ({}) and '{}' ({}); a bucket "
+                  "holds one device and dtype",
+                  k, names_[members.front()], first.describe(), names_[i], params_[i].describe());
+    }
+  }
+  if (count != params_.size()) {
+    std::vector<size_t> missing;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (!seen[i]) missing.push_back(i);
+    throw ValueError(fmt::format("Reducer::rebuild_buckets: {} parameter(s) in no bucket: {}",
+                                 missing.size(), list_names(names_, missing)));
+  }
+  build_buckets_from(assignment);
+  rebuilt_ = true;
+  rebuild_due_ = false;
+  ready_order_.clear();
 }
 
 // Note [Rebuilding buckets]

@@ -109,10 +109,23 @@ class Reducer {
   std::vector<std::vector<size_t>> bucket_assignment() const;
   const std::vector<BucketTiming>& last_timeline() const { return timeline_; }
   bool buckets_rebuilt() const { return rebuilt_; }
+  // When each parameter's gradient became ready (by parameter index) in the
+  // last synchronised backward that finished; empty before the first. An
+  // unused parameter's time is when it was marked ready.
+  std::vector<BucketTiming::Clock::time_point> last_grad_ready_times() const {
+    return last_ready_times_;
+  }
+  // Replaces the buckets by `assignment` (parameter indices per bucket, in
+  // launch order; every parameter exactly once, one device and dtype per
+  // bucket), copying the current gradients into the new buffers. Every rank
+  // must pass the same assignment. ValueError for a bad assignment; Error
+  // during a synchronised backward. Turns off the order-based rebuild.
+  void rebuild_buckets(const std::vector<std::vector<size_t>>& assignment);
 
  private:
   struct Bucket;
   void build_buckets(const std::vector<size_t>& order);
+  void build_buckets_from(std::vector<std::vector<size_t>> assignment);
   void mark_ready(size_t param, bool from_hook);
   void launch_ready_buckets();
   void finalize_backward();
@@ -143,6 +156,8 @@ class Reducer {
   std::vector<char> used_;        // by parameter: got a gradient (or had one)
   size_t next_launch_ = 0;        // the next bucket to launch
   std::vector<BucketTiming> timeline_;
+  std::vector<BucketTiming::Clock::time_point> ready_times_;       // by parameter, this pass
+  std::vector<BucketTiming::Clock::time_point> last_ready_times_;  // of the last finished pass
   std::string unfinished_error_;  // raised by the next prepare_for_forward
 
   // ---- Note [Rebuilding buckets] ----
