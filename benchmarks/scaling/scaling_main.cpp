@@ -1,7 +1,7 @@
 // scaling_main: one rank of the shaped-network scaling benchmark
 // (benchmarks/scaling/run.sh starts one per network namespace).
 //
-//   env RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.232.1.1 MASTER_PORT=29700
+//   RANK=0 WORLD_SIZE=2 MASTER_ADDR=10.232.1.1 MASTER_PORT=29700
 //       scaling_main --mode ddp --model resnet18 --image-size 32 --batch-size 32 --json r.json
 //
 // Trains the model on a fixed synthetic batch (forward, loss, backward, SGD

@@ -103,8 +103,14 @@ def main():
                            "image_size": a.image_size, "bucket_cap_mb": a.bucket_cap_mb,
                            "steps": a.steps, "step_s": seconds / a.steps,
                            "images_per_s": images_per_s}, f)
-    dist.destroy_process_group()
-    return 0
+    # Leave without destroy_process_group(): with torch 1.13's gloo a rank
+    # that tears down while a peer is already gone was seen spinning in the
+    # kernel for minutes (N = 4). The barrier makes sure every rank has its
+    # result first.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -73,13 +73,24 @@ AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<dou
     DDP_CHECK_T(ValueError, finite_non_negative(bytes[k]) && finite_non_negative(seconds[k]),
                 "fit_alpha_beta: sample {} ({} bytes, {} s) must be finite and >= 0", k, bytes[k],
                 seconds[k]);
-  const double n = double(bytes.size());
-  const double mx = std::accumulate(bytes.begin(), bytes.end(), 0.0) / std::max(n, 1.0);
-  const double my = std::accumulate(seconds.begin(), seconds.end(), 0.0) / std::max(n, 1.0);
+  // Note [Alpha-beta fit]: weighted by 1 / time^2, i.e. relative errors, so
+  // the small collectives fix alpha and the large ones beta; plain least
+  // squares lets a few milliseconds of noise on a large collective swamp an
+  // alpha of a few hundred microseconds.
+  double sw = 0, mx = 0, my = 0;
+  std::vector<double> w(bytes.size());
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    w[k] = 1.0 / std::max(seconds[k] * seconds[k], 1e-18);
+    sw += w[k];
+    mx += w[k] * bytes[k];
+    my += w[k] * seconds[k];
+  }
+  mx /= sw;
+  my /= sw;
   double sxx = 0, sxy = 0;
   for (size_t k = 0; k < bytes.size(); ++k) {
-    sxx += (bytes[k] - mx) * (bytes[k] - mx);
-    sxy += (bytes[k] - mx) * (seconds[k] - my);
+    sxx += w[k] * (bytes[k] - mx) * (bytes[k] - mx);
+    sxy += w[k] * (bytes[k] - mx) * (seconds[k] - my);
   }
   DDP_CHECK_T(ValueError, bytes.size() >= 2 && sxx > 0,
               "fit_alpha_beta: needs samples of at least two different sizes, got {}",
@@ -211,14 +222,11 @@ void BucketAutoTuner::tune(Reducer& reducer, dist::ProcessGroup& group) {
     grads[i] = {median_of(at), params_[i].nbytes()};
     total += grads[i].bytes;
   }
-  // Sizes spanning the buckets the plan may choose: 1/64, 1/8 and 1/2 of
-  // all gradients (at least 4 KiB apart), so both alpha and beta show.
-  std::vector<size_t> sizes;
-  for (size_t div : {64, 8, 2}) {
-    const size_t s = std::max<size_t>(total / div, 4096);
-    if (sizes.empty() || s > sizes.back() + 4096) sizes.push_back(s);
-  }
-  if (sizes.size() < 2) sizes.push_back(sizes.back() + 65536);
+  // Sizes spanning the buckets the plan may choose: 4 KiB and 64 KiB (where
+  // alpha shows), then 1/64, 1/8 and 1/2 of all gradients (where beta does).
+  std::vector<size_t> sizes = {4096, 65536};
+  for (size_t div : {64, 8, 2})
+    if (total / div > sizes.back() * 2) sizes.push_back(total / div);
   link_ = measure_alpha_beta(group, params_.front().device(), params_.front().dtype(), sizes);
 
   const std::vector<std::vector<size_t>> before = reducer.bucket_assignment();

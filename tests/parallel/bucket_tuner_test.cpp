@@ -82,6 +82,18 @@ TEST(FitAlphaBeta, RecoversAnExactLine) {
   EXPECT_NEAR(ab.time_s(5e6), alpha + beta * 5e6, 1e-12);
 }
 
+TEST(FitAlphaBeta, SmallCollectivesFixAlphaDespiteNoiseOnLargeOnes) {
+  // alpha 300 us, 1 GB/s; the 32 MiB sample is 2% slow (7 ms of noise,
+  // 20 times alpha): plain least squares would put alpha near 0.
+  const double alpha = 3e-4, beta = 1e-9;
+  std::vector<double> x = {4096, 65536, 1 << 20, 8 << 20, 32 << 20}, y;
+  for (double b : x) y.push_back(alpha + beta * b);
+  y.back() *= 1.02;
+  AlphaBeta ab = fit_alpha_beta(x, y);
+  EXPECT_NEAR(ab.alpha_s, alpha, 0.1 * alpha);
+  EXPECT_NEAR(ab.beta_s_per_byte, beta, 0.03 * beta);
+}
+
 TEST(FitAlphaBeta, ClampsANegativeInterceptToZero) {
   AlphaBeta ab = fit_alpha_beta({1e3, 2e3}, {0.0, 1.0});  // intercept -1
   EXPECT_EQ(ab.alpha_s, 0.0);

@@ -20,9 +20,13 @@
 //
 // Note [Alpha-beta fit]
 // alpha (seconds per collective) and beta (seconds per byte) come from a
-// least-squares line through a few timed allreduces of different sizes on
-// the group itself, so they include the algorithm (a ring sends 2(N-1)/N
-// of the bytes), the link shaping and the CPU cost of reducing.
+// line through a few timed allreduces of different sizes (4 KiB up to half
+// of the gradients) on the group itself, so they include the algorithm (a
+// ring sends 2(N-1)/N of the bytes), the link shaping and the CPU cost of
+// reducing. The line is fitted to relative errors (weights 1/time^2): with
+// plain least squares the millisecond noise of the large collectives
+// decides the intercept, and an alpha of 0 makes the planner choose many
+// tiny buckets that each pay the real latency.
 
 #include <chrono>
 #include <cstddef>
@@ -42,7 +46,8 @@ struct AlphaBeta {
   double time_s(double bytes) const { return alpha_s + beta_s_per_byte * bytes; }
 };
 
-// Least-squares line time = alpha + beta * bytes through (bytes[k], seconds[k]).
+// The line time = alpha + beta * bytes through (bytes[k], seconds[k]),
+// least squares of the relative errors (Note [Alpha-beta fit]).
 // ValueError for fewer than two distinct sizes, mismatched lengths, or a
 // negative or non-finite sample. A negative intercept or slope (noise) is
 // clamped to 0.
