@@ -48,12 +48,12 @@ def main():
         return format(v, spec) if isinstance(v, (int, float)) else "-"
 
     print(f"# links {a.gbit} Gbit/s (tbf); efficiency = images/s / no_comm images/s, same engine and N")
-    print(f"{'N':>3} {'engine':>8} {'mode':>13} {'cap MiB':>8} {'images/s':>10} {'speedup':>8} "
+    print(f"{'N':>3} {'engine':>8} {'mode':>18} {'cap MiB':>8} {'images/s':>10} {'speedup':>8} "
           f"{'efficiency':>10}")
     for r in rows:
         mode = r["mode"] + (" (skipped)" if r.get("skipped") else "")
         cap = "auto" if r["mode"] == "auto_buckets" else fmt(r.get("bucket_cap_mb"), "g")
-        print(f"{r['nodes']:>3} {r['engine']:>8} {mode:>13} {cap:>8} "
+        print(f"{r['nodes']:>3} {r['engine']:>8} {mode:>18} {cap:>8} "
               f"{fmt(r.get('images_per_s'), '.1f'):>10} {fmt(r['speedup'], '.2f'):>8} "
               f"{fmt(r['efficiency'], '.3f'):>10}")
     # The bucket-size sweep: auto against the best fixed cap, by step time.
