@@ -243,10 +243,12 @@ void BucketAutoTuner::tune(Reducer& reducer, dist::ProcessGroup& group) {
     const double before_s = simulate_exposed_s(grads, before, link_);
     DDP_LOG_INFO(
         "DistributedDataParallel: auto_bucket_size chose {} buckets (MiB, launch order: {}) from "
-        "{} backward passes and a link of alpha {:.1f} us, {:.3f} GB/s; predicted exposed "
+        "{} backward passes and a link of alpha {:.1f} us, {}; predicted exposed "
         "communication {:.2f} ms (the {} buckets before: {:.2f} ms)",
         plan_.buckets.size(), mib_list(plan_.buckets, grads), samples_.size(),
-        link_.alpha_s * 1e6, link_.beta_s_per_byte > 0 ? 1e-9 / link_.beta_s_per_byte : 0.0,
+        link_.alpha_s * 1e6,
+        link_.beta_s_per_byte > 0 ? fmt::format("{:.3f} GB/s", 1e-9 / link_.beta_s_per_byte)
+                                  : std::string("no measurable per-byte cost"),
         plan_.predicted_exposed_s * 1e3, before.size(), before_s * 1e3);
   }
   if (group.size() > 1) {
