@@ -70,6 +70,8 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<nn::Mod
   r.rebuild_buckets = options_.rebuild_buckets;
   r.static_graph = options_.static_graph;
   r.gradient_as_bucket_view = options_.gradient_as_bucket_view;
+  if (options_.auto_bucket_size)
+    tuner_ = std::make_unique<BucketAutoTuner>(params, options_.auto_bucket_iterations);
   reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_, r);
 }
 
@@ -153,6 +155,7 @@ void DistributedDataParallelBase::pre_forward() {
     detail::set_join_log(&join_log_building_);
   }
   reducer_->prepare_for_forward();
+  if (tuner_) tuner_->on_forward(*reducer_, *group_);
   // Inside no_sync the buffers stay local (the gradients do too); all go out
   // in one coalesced broadcast.
   if (options_.broadcast_buffers && sync_ && module_base_->is_training())

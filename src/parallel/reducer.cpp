@@ -446,6 +446,7 @@ void Reducer::finalize_backward() {
   }
   timeline_.clear();
   for (const auto& b : buckets_) timeline_.push_back(b->timing);
+  ++synchronised_backwards_;
   ready_times_.assign(params_.size(), std::chrono::nanoseconds(-1));
   for (size_t i = 0; i < params_.size(); ++i)
     if (used_[i])

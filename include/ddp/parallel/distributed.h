@@ -31,6 +31,7 @@
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/dist/process_group.h"
 #include "ddp/nn/module.h"
+#include "ddp/parallel/bucket_tuner.h"
 #include "ddp/parallel/comm_hooks.h"
 #include "ddp/parallel/join.h"
 #include "ddp/parallel/reducer.h"
@@ -61,6 +62,14 @@ struct DDPOptions {
   // buckets (Note [Gradient as bucket view]). Leave it on, and prefer
   // zero_grad(set_to_none = false) with it: a step then copies no gradient.
   bool gradient_as_bucket_view = true;
+  // Automatic bucket sizes (Note [Exposed communication model] in
+  // bucket_tuner.h): after auto_bucket_iterations synchronised backward
+  // passes (plus one of warm-up), time a few allreduces, let rank 0 choose
+  // the buckets that hide the most communication behind the measured
+  // backward, and rebuild once. bucket_cap_mb applies until then. The choice
+  // and the predicted exposed time are logged (info).
+  bool auto_bucket_size = false;
+  int auto_bucket_iterations = 5;
 };
 
 // What does not depend on the module's forward signature.
@@ -74,6 +83,8 @@ class DistributedDataParallelBase {
 
   dist::ProcessGroup& group() { return *group_; }
   Reducer& reducer() { return *reducer_; }
+  // The automatic bucket sizer; null unless options().auto_bucket_size.
+  const BucketAutoTuner* bucket_tuner() const { return tuner_.get(); }
   const DDPOptions& options() const { return options_; }
 
   // Replaces the default averaging allreduce (comm_hooks.h). Call it before
@@ -132,6 +143,7 @@ class DistributedDataParallelBase {
   std::shared_ptr<dist::ProcessGroup> group_;
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
+  std::unique_ptr<BucketAutoTuner> tuner_;  // options_.auto_bucket_size
   Tensors buffers_;
   bool sync_ = true;
   Join* join_ = nullptr;

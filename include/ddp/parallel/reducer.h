@@ -171,6 +171,8 @@ class Reducer {
   // -1 for a parameter that got no gradient (unused). Empty before the first
   // synchronised backward.
   std::vector<std::chrono::nanoseconds> last_grad_ready_times() const { return ready_times_; }
+  // How many synchronised backwards finished (their buckets averaged).
+  uint64_t synchronised_backwards() const { return synchronised_backwards_; }
   // How many gradient copies between .grad and the bucket buffers there were
   // (Note [Gradient as bucket view]); cumulative.
   uint64_t grad_copies() const { return grad_copies_; }
@@ -237,6 +239,7 @@ class Reducer {
   std::vector<BucketTiming::Clock::time_point> ready_at_;
   std::vector<std::chrono::nanoseconds> ready_times_;
   uint64_t grad_copies_ = 0;
+  uint64_t synchronised_backwards_ = 0;
   uint64_t graph_walks_ = 0;
   double grad_scale_ = 1.0;
   bool launch_at_end_ = false;

@@ -1,0 +1,154 @@
+#!/bin/bash
+# The shaped-network scaling benchmark: N ranks on one machine, each in its
+# own network namespace, joined through veth pairs to a bridge, every link
+# shaped with tc's token bucket filter (tbf) to R Gbit/s in both directions.
+# Runs libddp (scaling_main) and the PyTorch 1.13 gloo twin (torch_twin.py)
+# on the same model, batch and links; prints per N images/s, the speedup
+# over N = 1 and the scaling efficiency (DDP throughput / the same ranks'
+# throughput under no_sync). Usage and results: docs/benchmarks.md.
+#
+#   benchmarks/scaling/run.sh [--nodes 1,2,4] [--gbit R] [--steps S] [--json FILE]
+#       [--warmup W] [--batch-size B] [--image-size I] [--bucket-caps 1,5,100]
+#       [--engines libddp,pytorch] [--modes ddp,no_comm,auto_buckets,zero1,powersgd]
+#       [--main PATH/scaling_main] [--python /usr/bin/python3]
+#
+# Needs root (ip netns, tc). Exits 77 where namespaces cannot be made. The
+# namespaces are removed on exit, also on Ctrl-C or a kill (trap).
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+
+nodes=1,2,4 gbit=1 steps=10 warmup=3 batch=32 image=32 json="" caps=""
+engines=libddp,pytorch modes=ddp,no_comm,auto_buckets,zero1,powersgd
+main=$repo/build/benchmarks/scaling/scaling_main python=/usr/bin/python3
+usage() { sed -n '9,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --nodes) nodes=$2; shift 2 ;;
+    --gbit) gbit=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    --warmup) warmup=$2; shift 2 ;;
+    --batch-size) batch=$2; shift 2 ;;
+    --image-size) image=$2; shift 2 ;;
+    --json) json=$2; shift 2 ;;
+    --bucket-caps) caps=$2; shift 2 ;;
+    --engines) engines=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
+    --main) main=$2; shift 2 ;;
+    --python) python=$2; shift 2 ;;
+    -h|--help) usage 0 ;;
+    *) echo "run.sh: unknown argument '$1'" >&2; usage ;;
+  esac
+done
+case $gbit in ''|*[!0-9.]*) echo "run.sh: --gbit must be a number, got '$gbit'" >&2; exit 2 ;; esac
+for n in ${nodes//,/ }; do
+  case $n in ''|*[!0-9]*|0) echo "run.sh: --nodes takes positive integers, got '$n'" >&2; exit 2 ;; esac
+done
+skip() { echo "SKIP: $*"; exit 77; }
+[[ ",$engines," == *,libddp,* ]] && { [ -x "$main" ] || { echo "run.sh: no scaling_main at $main (build it, or pass --main)" >&2; exit 2; }; }
+command -v ip >/dev/null 2>&1 || skip "no ip(8) command"
+command -v tc >/dev/null 2>&1 || skip "no tc(8) command"
+[ "$(id -u)" = 0 ] || skip "network namespaces need root"
+
+max_n=0
+for n in ${nodes//,/ }; do [ "$n" -gt "$max_n" ] && max_n=$n; done
+
+# ---- namespaces: hub (the bridge) and one per rank -------------------------
+tag=$$
+hub=ddpHub$tag
+subnet=10.233.$((tag % 250 + 1))
+work=$(mktemp -d /tmp/ddp_scaling.XXXXXX)
+declare -a spaces=() pids=()
+cleanup() {
+  for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done
+  for s in "${spaces[@]:-}"; do [ -n "$s" ] && ip netns del "$s" 2>/dev/null; done
+  ip netns del "$hub" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+ip netns add "$hub" 2>/dev/null || skip "cannot create a network namespace (ip netns add failed)"
+ip -n "$hub" link add br0 type bridge || skip "cannot create a bridge"
+ip -n "$hub" link set br0 up
+# tbf: R Gbit/s; a burst of 256 KiB (above the 64 KiB segments veth's
+# offloads make) and up to 50 ms of queue.
+shape() { tc -n "$1" qdisc add dev "$2" root tbf rate "${gbit}gbit" burst 256kb latency 50ms; }
+for ((i = 0; i < max_n; i++)); do
+  ns=ddpR${i}_$tag
+  ip netns add "$ns" || skip "cannot create namespace $ns"
+  spaces+=("$ns")
+  ip link add "h${i}_$tag" type veth peer name "r${i}_$tag" || skip "cannot create a veth pair"
+  ip link set "h${i}_$tag" netns "$hub" && ip link set "r${i}_$tag" netns "$ns" || skip "cannot move veth ends"
+  ip -n "$hub" link set "h${i}_$tag" master br0 up
+  ip -n "$ns" addr add "$subnet.$((i + 1))/24" dev "r${i}_$tag"
+  ip -n "$ns" link set lo up
+  ip -n "$ns" link set "r${i}_$tag" up
+  shape "$ns" "r${i}_$tag" || skip "tc tbf not permitted here"   # what the rank sends
+  shape "$hub" "h${i}_$tag" || skip "tc tbf not permitted here"  # what it receives
+done
+echo "# $max_n namespaces on bridge $hub, links shaped to $gbit Gbit/s (tbf), rank i at $subnet.(i+1)"
+
+# ---- one run: N ranks of one engine and mode ------------------------------
+port=29700
+rows=$work/rows
+mkdir -p "$rows"
+failed=0
+# run_one N ENGINE MODE CAP TAG
+run_one() {
+  local n=$1 engine=$2 mode=$3 cap=$4 name=$5 i rc status=0 out
+  port=$((port + 1))
+  out=$rows/$name.json
+  pids=()
+  for ((i = 0; i < n; i++)); do
+    local cmd
+    if [ "$engine" = libddp ]; then
+      cmd=("$main" --mode "$mode" --model resnet18)
+    else
+      cmd=("$python" "$here/torch_twin.py" --mode "$mode")
+    fi
+    cmd+=(--image-size "$image" --batch-size "$batch" --steps "$steps" --warmup "$warmup"
+          --bucket-cap-mb "$cap")
+    [ "$i" = 0 ] && cmd+=(--json "$out")
+    ip netns exec "${spaces[$i]}" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
+      MASTER_ADDR="$subnet.1" MASTER_PORT=$port GLOO_SOCKET_IFNAME="r${i}_$tag" \
+      OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DDP_LOG_LEVEL=info \
+      timeout 900 "${cmd[@]}" > "$work/$name.$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for ((i = 0; i < n; i++)); do
+    wait "${pids[$i]}"; rc=$?
+    [ $rc -ne 0 ] && [ $status -eq 0 ] && status=$rc
+  done
+  pids=()
+  grep -h "auto_bucket_size chose" "$work/$name.0.log" | sed 's/^/#   /'
+  if [ $status -eq 3 ]; then
+    echo "# $name: skipped ($(grep -h "not available" "$work/$name.0.log" | head -1))"
+    printf '{"nodes": %d, "engine": "%s", "mode": "%s", "bucket_cap_mb": %s, "images_per_s": null, "skipped": "not available in this build"}\n' \
+      "$n" "$engine" "$mode" "$cap" > "$out"
+  elif [ $status -ne 0 ]; then
+    echo "# $name: FAILED (exit $status); rank logs:"
+    for ((i = 0; i < n; i++)); do echo "## rank $i"; tail -20 "$work/$name.$i.log"; done
+    failed=1
+    rm -f "$out"
+  else
+    grep -h "images/s" "$work/$name.0.log" | sed 's/^/#   /'
+  fi
+}
+
+for n in ${nodes//,/ }; do
+  for engine in ${engines//,/ }; do
+    for mode in ${modes//,/ }; do
+      [ "$engine" = pytorch ] && [ "$mode" != ddp ] && [ "$mode" != no_comm ] && continue
+      run_one "$n" "$engine" "$mode" 25 "n${n}_${engine}_${mode}"
+    done
+    [ "$engine" = libddp ] || continue
+    for cap in ${caps//,/ }; do
+      run_one "$n" libddp ddp "$cap" "n${n}_${engine}_cap${cap}"
+    done
+  done
+done
+
+"$python" "$here/report.py" "$rows" --gbit "$gbit" ${json:+--json "$json"} || failed=1
+exit $failed

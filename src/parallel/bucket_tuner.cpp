@@ -1,0 +1,273 @@
+// Automatic bucket sizes: the alpha-beta fit, the exposed-time simulator,
+// the planner and the tuner DistributedDataParallel runs. See the Notes in
+// bucket_tuner.h.
+
+#include "ddp/parallel/bucket_tuner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "ddp/core/error.h"
+#include "ddp/core/logging.h"
+#include "ddp/parallel/reducer.h"
+
+namespace ddp::parallel {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool finite_non_negative(double v) { return std::isfinite(v) && v >= 0; }
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Parameter indices by ready time; ties: the later-registered first (the
+// order backward usually produces them).
+std::vector<size_t> ready_order(const std::vector<GradInfo>& grads) {
+  std::vector<size_t> order(grads.size());
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (grads[a].ready_s != grads[b].ready_s) return grads[a].ready_s < grads[b].ready_s;
+    return a > b;
+  });
+  return order;
+}
+
+void check_grads(const char* who, const std::vector<GradInfo>& grads) {
+  DDP_CHECK_T(ValueError, !grads.empty(), "{}: no parameters", who);
+  for (size_t i = 0; i < grads.size(); ++i)
+    DDP_CHECK_T(ValueError, finite_non_negative(grads[i].ready_s),
+                "{}: parameter {} has ready time {} (must be finite and >= 0)", who, i,
+                grads[i].ready_s);
+}
+
+void check_link(const char* who, const AlphaBeta& link) {
+  DDP_CHECK_T(ValueError,
+              finite_non_negative(link.alpha_s) && finite_non_negative(link.beta_s_per_byte),
+              "{}: alpha {} s and beta {} s/byte must be finite and >= 0", who, link.alpha_s,
+              link.beta_s_per_byte);
+}
+
+std::string mib_list(const std::vector<std::vector<size_t>>& buckets,
+                     const std::vector<GradInfo>& grads) {
+  std::string out;
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    size_t bytes = 0;
+    for (size_t i : buckets[k]) bytes += grads[i].bytes;
+    out += fmt::format("{}{:.2f}", k ? ", " : "", double(bytes) / (1 << 20));
+  }
+  return out;
+}
+
+}  // namespace
+
+AlphaBeta fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  DDP_CHECK_T(ValueError, bytes.size() == seconds.size(),
+              "fit_alpha_beta: {} sizes but {} times", bytes.size(), seconds.size());
+  for (size_t k = 0; k < bytes.size(); ++k)
+    DDP_CHECK_T(ValueError, finite_non_negative(bytes[k]) && finite_non_negative(seconds[k]),
+                "fit_alpha_beta: sample {} ({} bytes, {} s) must be finite and >= 0", k, bytes[k],
+                seconds[k]);
+  // Note [Alpha-beta fit]: weighted by 1 / time^2, i.e. relative errors, so
+  // the small collectives fix alpha and the large ones beta; plain least
+  // squares lets a few milliseconds of noise on a large collective swamp an
+  // alpha of a few hundred microseconds.
+  double sw = 0, mx = 0, my = 0;
+  std::vector<double> w(bytes.size());
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    w[k] = 1.0 / std::max(seconds[k] * seconds[k], 1e-18);
+    sw += w[k];
+    mx += w[k] * bytes[k];
+    my += w[k] * seconds[k];
+  }
+  mx /= sw;
+  my /= sw;
+  double sxx = 0, sxy = 0;
+  for (size_t k = 0; k < bytes.size(); ++k) {
+    sxx += w[k] * (bytes[k] - mx) * (bytes[k] - mx);
+    sxy += w[k] * (bytes[k] - mx) * (seconds[k] - my);
+  }
+  DDP_CHECK_T(ValueError, bytes.size() >= 2 && sxx > 0,
+              "fit_alpha_beta: needs samples of at least two different sizes, got {}",
+              bytes.size());
+  AlphaBeta ab;
+  ab.beta_s_per_byte = std::max(0.0, sxy / sxx);
+  ab.alpha_s = std::max(0.0, my - ab.beta_s_per_byte * mx);
+  return ab;
+}
+
+AlphaBeta measure_alpha_beta(dist::ProcessGroup& group, const Device& device, DType dtype,
+                             const std::vector<size_t>& sizes, int repeats) {
+  DDP_CHECK_T(ValueError, repeats >= 1, "measure_alpha_beta: repeats must be >= 1, got {}",
+              repeats);
+  const size_t elem = element_size(dtype);
+  std::vector<double> xs, ys;
+  for (size_t bytes : sizes) {
+    const int64_t n = std::max<int64_t>(1, int64_t(bytes / elem));
+    Tensor t = Tensor::zeros({n}, TensorOptions(dtype).device(device));
+    Tensors ts{t};
+    group.allreduce(ts, dist::ReduceOp::sum)->wait(group.timeout());  // connections, caches
+    std::vector<double> runs;
+    for (int r = 0; r < repeats; ++r) {
+      const auto start = Clock::now();
+      group.allreduce(ts, dist::ReduceOp::sum)->wait(group.timeout());
+      runs.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    xs.push_back(double(n) * double(elem));
+    ys.push_back(median_of(runs));
+  }
+  return fit_alpha_beta(xs, ys);
+}
+
+double simulate_exposed_s(const std::vector<GradInfo>& grads,
+                          const std::vector<std::vector<size_t>>& buckets, const AlphaBeta& link) {
+  check_grads("simulate_exposed_s", grads);
+  check_link("simulate_exposed_s", link);
+  std::vector<char> seen(grads.size(), 0);
+  size_t count = 0;
+  double end = -std::numeric_limits<double>::infinity(), last_ready = 0;
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    DDP_CHECK_T(ValueError, !buckets[k].empty(), "simulate_exposed_s: bucket {} is empty", k);
+    double ready = 0;
+    size_t bytes = 0;
+    for (size_t i : buckets[k]) {
+      DDP_CHECK_T(ValueError, i < grads.size() && !seen[i],
+                  "simulate_exposed_s: parameter {} is out of range or in two buckets", i);
+      seen[i] = 1;
+      ++count;
+      ready = std::max(ready, grads[i].ready_s);
+      bytes += grads[i].bytes;
+    }
+    end = std::max(end, ready) + link.time_s(double(bytes));
+    last_ready = std::max(last_ready, ready);
+  }
+  DDP_CHECK_T(ValueError, count == grads.size(),
+              "simulate_exposed_s: the buckets hold {} of {} parameters", count, grads.size());
+  return std::max(0.0, end - last_ready);
+}
+
+BucketPlan plan_buckets(const std::vector<GradInfo>& grads, const AlphaBeta& link) {
+  check_grads("plan_buckets", grads);
+  check_link("plan_buckets", link);
+  const std::vector<size_t> order = ready_order(grads);
+  const size_t n = order.size();
+  std::vector<double> prefix_bytes(n + 1, 0);
+  for (size_t k = 0; k < n; ++k) prefix_bytes[k + 1] = prefix_bytes[k] + double(grads[order[k]].bytes);
+  // end[j]: the earliest the first j parameters' buckets can finish;
+  // from[j]: where the last of those buckets starts.
+  std::vector<double> end(n + 1, std::numeric_limits<double>::infinity());
+  std::vector<size_t> from(n + 1, 0);
+  end[0] = -std::numeric_limits<double>::infinity();
+  for (size_t j = 1; j <= n; ++j) {
+    const double ready = grads[order[j - 1]].ready_s;
+    for (size_t i = 0; i < j; ++i) {  // smallest i first: ties keep bigger buckets
+      const double e = std::max(end[i], ready) + link.time_s(prefix_bytes[j] - prefix_bytes[i]);
+      if (e < end[j]) {
+        end[j] = e;
+        from[j] = i;
+      }
+    }
+  }
+  BucketPlan plan;
+  for (size_t j = n; j > 0; j = from[j])
+    plan.buckets.emplace_back(order.begin() + std::ptrdiff_t(from[j]),
+                              order.begin() + std::ptrdiff_t(j));
+  std::reverse(plan.buckets.begin(), plan.buckets.end());
+  plan.predicted_exposed_s = std::max(0.0, end[n] - grads[order[n - 1]].ready_s);
+  return plan;
+}
+
+// ---- the tuner -------------------------------------------------------------
+
+BucketAutoTuner::BucketAutoTuner(Tensors params, int iterations)
+    : params_(std::move(params)), iterations_(iterations) {
+  DDP_CHECK_T(ValueError, iterations_ >= 1,
+              "DistributedDataParallel: auto_bucket_iterations must be >= 1, got {}", iterations_);
+}
+
+void BucketAutoTuner::on_forward(Reducer& reducer, dist::ProcessGroup& group) {
+  if (done_ || params_.empty()) return;
+  const std::vector<std::chrono::nanoseconds> times = reducer.last_grad_ready_times();
+  if (times.size() != params_.size()) return;  // no synchronised backward yet
+  const uint64_t backwards = reducer.synchronised_backwards();
+  if (backwards == last_seen_) return;  // no new synchronised backward since the last forward
+  last_seen_ = backwards;
+  if (++seen_ == 1) return;  // the first backward warms caches and allocators
+  // Times since the backward's first hook; an unused parameter (-1) is
+  // ready at once (Note [Unused parameters]).
+  std::vector<double> sample;
+  for (const auto& t : times) sample.push_back(std::max(0.0, std::chrono::duration<double>(t).count()));
+  samples_.push_back(std::move(sample));
+  if (int(samples_.size()) >= iterations_) tune(reducer, group);
+}
+
+void BucketAutoTuner::tune(Reducer& reducer, dist::ProcessGroup& group) {
+  done_ = true;
+  for (const Tensor& p : params_)
+    if (p.device() != params_.front().device() || p.dtype() != params_.front().dtype()) {
+      DDP_LOG_WARNING(
+          "DistributedDataParallel: auto_bucket_size needs every parameter on one device and "
+          "dtype; keeping bucket_cap_mb buckets");
+      return;
+    }
+  std::vector<GradInfo> grads(params_.size());
+  size_t total = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    std::vector<double> at;
+    for (const auto& s : samples_) at.push_back(s[i]);
+    grads[i] = {median_of(at), params_[i].nbytes()};
+    total += grads[i].bytes;
+  }
+  // Sizes spanning the buckets the plan may choose: 4 KiB and 64 KiB (where
+  // alpha shows), then 1/64, 1/8 and 1/2 of all gradients (where beta does).
+  std::vector<size_t> sizes = {4096, 65536};
+  for (size_t div : {64, 8, 2})
+    if (total / div > sizes.back() * 2) sizes.push_back(total / div);
+  link_ = measure_alpha_beta(group, params_.front().device(), params_.front().dtype(), sizes);
+
+  const std::vector<std::vector<size_t>> before = reducer.bucket_assignment();
+  std::vector<int64_t> encoded(2 * params_.size(), 0);  // launch order, then bucket ids
+  if (group.rank() == 0) {
+    plan_ = plan_buckets(grads, link_);
+    size_t pos = 0;
+    for (size_t k = 0; k < plan_.buckets.size(); ++k)
+      for (size_t i : plan_.buckets[k]) {
+        encoded[pos] = int64_t(i);
+        encoded[params_.size() + pos] = int64_t(k);
+        ++pos;
+      }
+    const double before_s = simulate_exposed_s(grads, before, link_);
+    DDP_LOG_INFO(
+        "DistributedDataParallel: auto_bucket_size chose {} buckets (MiB, launch order: {}) from "
+        "{} backward passes and a link of alpha {:.1f} us, {}; predicted exposed "
+        "communication {:.2f} ms (the {} buckets before: {:.2f} ms)",
+        plan_.buckets.size(), mib_list(plan_.buckets, grads), samples_.size(),
+        link_.alpha_s * 1e6,
+        link_.beta_s_per_byte > 0 ? fmt::format("{:.3f} GB/s", 1e-9 / link_.beta_s_per_byte)
+                                  : std::string("no measurable per-byte cost"),
+        plan_.predicted_exposed_s * 1e3, before.size(), before_s * 1e3);
+  }
+  if (group.size() > 1) {
+    const Device on = dist::control_device(group, params_.front().device());
+    Tensor t = Tensor::from_vector(encoded, {int64_t(encoded.size())}).to(on);
+    group.broadcast({t}, 0)->wait(group.timeout());
+    encoded = t.cpu().to_vector<int64_t>();
+  }
+  std::vector<std::vector<size_t>> assignment;
+  for (size_t pos = 0; pos < params_.size(); ++pos) {
+    const int64_t k = encoded[params_.size() + pos];
+    DDP_CHECK(k >= 0 && (size_t(k) == assignment.size() || size_t(k) + 1 == assignment.size()),
+              "DistributedDataParallel: rank 0's bucket plan is malformed (bucket id {})", k);
+    if (size_t(k) == assignment.size()) assignment.emplace_back();
+    assignment.back().push_back(size_t(encoded[pos]));
+  }
+  reducer.rebuild_buckets(assignment);  // validates the permutation
+  if (group.rank() != 0) plan_.buckets = assignment;
+}
+
+}  // namespace ddp::parallel
