@@ -182,22 +182,22 @@ TEST(FlightRecorder, WorkReportsItsStateAndATimeoutNamesTheDump) {
 
 TEST(CollectiveCheck, MismatchNamesEveryRankAndWhatItPassed) {
   const Tensors four{Tensor::zeros({4})}, five{Tensor::zeros({5})};
-  const std::string a = detail::describe_call("allreduce", "op=sum", four);
-  const std::string b = detail::describe_call("allreduce", "op=sum", five);
+  const std::string a = ddp::dist::detail::describe_call("allreduce", "op=sum", four);
+  const std::string b = ddp::dist::detail::describe_call("allreduce", "op=sum", five);
   EXPECT_EQ(a, "allreduce(op=sum; f32; [4])");
-  EXPECT_EQ(detail::decode_call(detail::encode_call(a)), a);
-  EXPECT_EQ(detail::mismatch_message(3, {a, a, a}), "");
-  EXPECT_EQ(detail::mismatch_message(3, {a, b, a}),
+  EXPECT_EQ(ddp::dist::detail::decode_call(ddp::dist::detail::encode_call(a)), a);
+  EXPECT_EQ(ddp::dist::detail::mismatch_message(3, {a, a, a}), "");
+  EXPECT_EQ(ddp::dist::detail::mismatch_message(3, {a, b, a}),
             "collective #3 differs across ranks (DDP_DEBUG=detail): ranks 0, 2 passed "
             "allreduce(op=sum; f32; [4]); rank 1 passed allreduce(op=sum; f32; [5])");
   // Descriptions too long for the wire are cut, not overflowed.
   const std::string longer(1000, 'x');
-  EXPECT_EQ(detail::decode_call(detail::encode_call(longer)).size(),
-            detail::kCallDescriptionBytes - 1);
+  EXPECT_EQ(ddp::dist::detail::decode_call(ddp::dist::detail::encode_call(longer)).size(),
+            ddp::dist::detail::kCallDescriptionBytes - 1);
 }
 
 TEST(DesyncReport, NamesWhoIsBehindAndWhere) {
-  detail::RollCall rc;
+  ddp::dist::detail::RollCall rc;
   rc.answered = {0, 2, 3};
   rc.missing = {1, 4};
   rc.busy = {1};
@@ -205,12 +205,12 @@ TEST(DesyncReport, NamesWhoIsBehindAndWhere) {
                  {2, "allreduce #42 (ddp bucket 8 of 9, iteration 3)"},
                  {3, "barrier #42"},
                  {1, "allreduce #41 (ddp bucket 7 of 9, iteration 3) done, nothing issued since"}};
-  EXPECT_EQ(detail::desync_line(rc),
+  EXPECT_EQ(ddp::dist::detail::desync_line(rc),
             "desync report: ranks 0, 2 wait in allreduce #42 (ddp bucket 8 of 9, iteration 3); "
             "rank 3 waits in barrier #42; rank 1 is alive but busy outside the roll call, at "
             "allreduce #41 (ddp bucket 7 of 9, iteration 3) done, nothing issued since; rank 4 "
             "is lost (no answer, no heartbeat)");
-  EXPECT_EQ(detail::describe_lost(rc, -1),
+  EXPECT_EQ(ddp::dist::detail::describe_lost(rc, -1),
             "lost rank 4 (no answer to the roll call; ranks 0, 2, 3 answered)");
 }
 
@@ -241,9 +241,9 @@ class CountingStore : public Store {
   std::atomic<int64_t>& count_;
 };
 
-detail::RollCall roll_call_of(std::shared_ptr<Store> store, int rank, int size,
+ddp::dist::detail::RollCall roll_call_of(std::shared_ptr<Store> store, int rank, int size,
                               std::chrono::milliseconds grace) {
-  return detail::roll_call(*store, "rc", rank, size, grace, rank == 0,
+  return ddp::dist::detail::roll_call(*store, "rc", rank, size, grace, rank == 0,
                            "position of " + std::to_string(rank), "hb");
 }
 
@@ -251,7 +251,7 @@ TEST(RollCall, CostsLinearlyManyStoreRequests) {
   auto server = std::make_shared<TCPStore>(server_options(std::chrono::seconds(20)));
   constexpr int kSize = 8;
   std::atomic<int64_t> count{0};
-  std::vector<std::future<detail::RollCall>> fs;
+  std::vector<std::future<ddp::dist::detail::RollCall>> fs;
   for (int r = 0; r < kSize; ++r) {
     std::shared_ptr<Store> inner =
         r == 0 ? std::shared_ptr<Store>(server)
@@ -281,16 +281,16 @@ TEST(RollCall, ABusyRankWithAHeartbeatIsNotLost) {
       std::make_shared<TCPStore>(client_options(server->port(), std::chrono::seconds(20)));
   // Rank 1 is alive (its heartbeat runs) but never takes the roll call;
   // rank 2 is gone.
-  detail::Heartbeat hb(busy_store, "hb", 1, std::chrono::milliseconds(200),
+  ddp::dist::detail::Heartbeat hb(busy_store, "hb", 1, std::chrono::milliseconds(200),
                        [] { return std::string("allreduce #3 done, nothing issued since"); });
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   auto rc = roll_call_of(server, 0, 3, std::chrono::milliseconds(300));
   EXPECT_EQ(rc.answered, (std::vector<int>{0}));
   EXPECT_EQ(rc.busy, (std::vector<int>{1}));
   EXPECT_EQ(rc.payloads.at(1), "allreduce #3 done, nothing issued since");
-  EXPECT_EQ(detail::describe_lost(rc, -1),
+  EXPECT_EQ(ddp::dist::detail::describe_lost(rc, -1),
             "lost rank 2 (no answer to the roll call; ranks 0 answered)");
-  EXPECT_NE(detail::desync_line(rc).find("rank 1 is alive but busy"), std::string::npos);
+  EXPECT_NE(ddp::dist::detail::desync_line(rc).find("rank 1 is alive but busy"), std::string::npos);
 }
 
 #if DDP_HAVE_GLOO
