@@ -256,7 +256,12 @@ struct ProcessGroupMPI::Impl final : HostTransport {
   }
 
   [[noreturn]] void time_out(const char* op, std::chrono::milliseconds t) {
-    {
+    break_group(op, fmt::format("not completed within {:.1f} s", t.count() / 1000.0), true);
+  }
+
+  [[noreturn]] void break_group(const char* op, const std::string& what, bool timed_out) {
+    if (auto e = first_failure()) std::rethrow_exception(e);
+    if (timed_out) {
       MpiGlobal& g = mpi_global();
       std::lock_guard<std::mutex> lk(g.mu);
       g.abandoned_requests = true;
@@ -264,13 +269,16 @@ struct ProcessGroupMPI::Impl final : HostTransport {
     std::string report = exchange_positions();
     if (!report.empty()) DDP_LOG_ERROR("mpi rank {} of {}: {}", rank, size, report);
     if (recorder) {
-      const std::string path = recorder->dump_to_file(fmt::format("{} timed out", op));
+      const std::string path = recorder->dump_to_file(fmt::format("{}: {}", op, what));
       if (!path.empty()) report += (report.empty() ? "" : "; ") + ("flight recorder dumped to " + path);
     }
     std::exception_ptr err;
     try {
-      DDP_THROW(TimeoutError, "{} (mpi rank {} of {}): not completed within {:.1f} s{}{}", op, rank,
-                size, t.count() / 1000.0, report.empty() ? "" : "; ", report);
+      if (timed_out)
+        DDP_THROW(TimeoutError, "{} (mpi rank {} of {}): {}{}{}", op, rank, size, what,
+                  report.empty() ? "" : "; ", report);
+      DDP_THROW(MpiError, "{} (mpi rank {} of {}): {}{}{}", op, rank, size, what,
+                report.empty() ? "" : "; ", report);
     } catch (...) {
       err = std::current_exception();
     }
@@ -441,11 +449,17 @@ struct ProcessGroupMPI::Impl final : HostTransport {
   }
 
   // Posts a non-blocking collective and waits for it (Note [MPI timeouts]).
+  // An MPI error (a count mismatch: MPI_ERR_TRUNCATE) breaks the group with
+  // the desync report too.
   template <class Post>
   void post(const char* op, Post&& start) {
     MPI_Request req = MPI_REQUEST_NULL;
-    DDP_MPI_CALL(op, rank, start(&req));
-    wait_request(op, req);
+    try {
+      DDP_MPI_CALL(op, rank, start(&req));
+      wait_request(op, req);
+    } catch (const MpiError& e) {
+      break_group(op, e.what(), false);
+    }
   }
 };
 
@@ -470,6 +484,10 @@ std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create() {
       throw_mpi(__FILE__, __LINE__, rc, "ProcessGroupMPI::create (MPI_Init_thread)", -1);
     g.we_initialised = true;
     std::atexit(finalize_at_exit);
+    // Open MPI reports a failed non-blocking collective (a count mismatch
+    // between ranks) on MPI_COMM_WORLD's handler, fatal by default; we own
+    // this MPI, so errors come back as MpiError instead (Note [MPI timeouts]).
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   }
   MPI_Query_thread(&g.thread_level);
   DDP_CHECK_T(MpiError, g.thread_level >= MPI_THREAD_SERIALIZED,

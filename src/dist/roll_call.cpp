@@ -97,29 +97,39 @@ RollCall roll_call(Store& store, const std::string& prefix, int rank, int size,
 
 Heartbeat::Heartbeat(std::shared_ptr<Store> store, std::string prefix, int rank,
                      std::chrono::milliseconds period, std::function<std::string()> payload) {
-  thread_ = std::thread([this, store = std::move(store), key = prefix + "/" + std::to_string(rank),
-                         period, payload = std::move(payload)] {
-    std::unique_lock<std::mutex> lk(mu_);
-    for (uint64_t n = 1; !stop_; ++n) {
+  thread_ = std::thread([st = state_, store = std::move(store),
+                         key = prefix + "/" + std::to_string(rank), period,
+                         payload = std::move(payload)] {
+    std::unique_lock<std::mutex> lk(st->mu);
+    for (uint64_t n = 1; !st->stop; ++n) {
+      // Under the lock: payload() (which reads the group's recorder) never
+      // runs once the destructor has set stop.
+      const Bytes value = to_bytes(std::to_string(n) + "|" + (payload ? payload() : ""));
       lk.unlock();
       try {
-        store->set(key, to_bytes(std::to_string(n) + "|" + (payload ? payload() : "")));
+        store->set(key, value);
       } catch (const std::exception&) {
         // The store is gone: the roll call will say so.
       }
       lk.lock();
-      cv_.wait_for(lk, period, [this] { return stop_; });
+      st->cv.wait_for(lk, period, [&] { return st->stop; });
     }
+    st->finished = true;
+    st->cv.notify_all();
   });
 }
 
 Heartbeat::~Heartbeat() {
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  std::unique_lock<std::mutex> lk(state_->mu);
+  state_->stop = true;
+  state_->cv.notify_all();
+  const bool finished =
+      state_->cv.wait_for(lk, std::chrono::milliseconds(500), [&] { return state_->finished; });
+  lk.unlock();
+  if (finished)
+    thread_.join();
+  else
+    thread_.detach();  // in a store request that may last the store's timeout
 }
 
 std::string describe_lost(const RollCall& rc, int store_host_rank) {

@@ -76,9 +76,16 @@ class Heartbeat {
   static constexpr std::chrono::milliseconds kDefaultPeriod{1000};
 
  private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  // Shared with the thread: a heartbeat stuck in a store request to a store
+  // that is gone (its host ended) is detached, not joined, so that
+  // destroying a group never waits for the store's timeout.
+  struct State {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool stop = false;
+    bool finished = false;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
   std::thread thread_;
 };
 
