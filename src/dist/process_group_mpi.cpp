@@ -266,7 +266,10 @@ struct ProcessGroupMPI::Impl final : HostTransport {
       std::lock_guard<std::mutex> lk(g.mu);
       g.abandoned_requests = true;
     }
-    std::string report = exchange_positions();
+    // After an error (not a timeout) the other ranks may still sit in the
+    // collective until their own timeout: wait for their answers that long.
+    std::string report = exchange_positions(
+        timed_out ? std::chrono::milliseconds(0) : std::chrono::milliseconds(timeout_ms.load()));
     if (!report.empty()) DDP_LOG_ERROR("mpi rank {} of {}: {}", rank, size, report);
     if (recorder) {
       const std::string path = recorder->dump_to_file(fmt::format("{}: {}", op, what));
@@ -292,7 +295,7 @@ struct ProcessGroupMPI::Impl final : HostTransport {
   // Note [Desync report] over MPI: every timed-out rank sends its position to
   // every other rank and takes what arrives within the grace period; the
   // ranks that send nothing are busy outside any collective, or lost.
-  std::string exchange_positions() {
+  std::string exchange_positions(std::chrono::milliseconds extra_grace) {
     if (report_comm == MPI_COMM_NULL || size == 1) return "";
     constexpr int kLen = 512, kTag = 7;
     std::string mine = recorder ? desync_payload(*recorder) : "unknown";
@@ -312,7 +315,7 @@ struct ProcessGroupMPI::Impl final : HostTransport {
     got[size_t(rank)] = true;
     const auto grace = std::min(std::chrono::milliseconds(5000),
                                 std::chrono::milliseconds(std::max<int64_t>(timeout_ms.load(), 1)));
-    const auto deadline = std::chrono::steady_clock::now() + grace;
+    const auto deadline = std::chrono::steady_clock::now() + grace + extra_grace;
     while (std::chrono::steady_clock::now() < deadline &&
            std::count(got.begin(), got.end(), true) < size) {
       for (int r = 0; r < size; ++r) {
