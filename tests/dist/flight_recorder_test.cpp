@@ -6,6 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <fstream>
 #include <future>
@@ -126,6 +129,36 @@ TEST(FlightRecorder, BadEnvironmentValuesNameTheVariable) {
         throw;
       },
       ValueError);
+}
+
+// SIGUSR1 dumps every live recorder (the handler only writes to a pipe; a
+// thread dumps).
+TEST(FlightRecorder, Sigusr1DumpsEveryLiveRecorder) {
+  struct sigaction current {};
+  ASSERT_EQ(::sigaction(SIGUSR1, nullptr, &current), 0);
+  install_sigusr1_dump();
+  struct sigaction after {};
+  ::sigaction(SIGUSR1, nullptr, &after);
+  if (current.sa_handler != SIG_DFL && after.sa_handler == current.sa_handler)
+    GTEST_SKIP() << "SIGUSR1 already has a handler in this process";
+  EnvGuard g("DDP_FLIGHT_RECORDER_DIR");
+  const std::string dir = ::testing::TempDir() + "sigusr1_" + std::to_string(::getpid());
+  ASSERT_EQ(::system(("mkdir -p " + dir).c_str()), 0);
+  ::setenv("DDP_FLIGHT_RECORDER_DIR", dir.c_str(), 1);
+  FlightRecorder r(4, 3, 4, "sigtest");
+  r.record("all_to_all", Tensors{Tensor::zeros({8})});
+  ASSERT_EQ(::raise(SIGUSR1), 0);
+  const std::string path =
+      dir + "/ddp_flight_recorder_sigtest_rank3_" + std::to_string(::getpid()) + "_";
+  std::string found;
+  for (int i = 0; i < 200 && found.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int n = 0; n < 64 && found.empty(); ++n) {
+      const std::string text = slurp(path + std::to_string(n) + ".json");
+      if (text.find("\"reason\":\"SIGUSR1\"") != std::string::npos) found = text;
+    }
+  }
+  EXPECT_NE(found.find("\"op\":\"all_to_all\""), std::string::npos) << "no dump under " << dir;
 }
 
 TEST(CollectiveTag, ScopesNestAndStayOnTheirThread) {
