@@ -131,6 +131,9 @@ struct ProcessGroupNCCL::Impl {
   std::vector<std::shared_ptr<WorkNCCL>> outstanding;
   bool stop = false;
   std::thread watchdog;
+  // The group's (Note [Flight recorder]); abort() names this rank's position
+  // and dumps it. Set by the constructor, outlives the watchdog.
+  const FlightRecorder* recorder = nullptr;
 
   ~Impl();  // frees the stream and the event; the communicator is gone by then
 

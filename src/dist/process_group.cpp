@@ -5,6 +5,7 @@
 #include "ddp/core/env.h"
 #include "ddp/core/error.h"
 #include "ddp/dist/store.h"
+#include "collective_check.h"
 
 namespace ddp::dist {
 
@@ -35,6 +36,14 @@ AsyncErrorHandling async_error_handling_from_env() {
             *v);
 }
 
+DebugLevel debug_level_from_env() {
+  const auto v = env_string("DDP_DEBUG");
+  if (!v || v->empty() || *v == "off" || *v == "OFF" || *v == "0") return DebugLevel::off;
+  if (*v == "info" || *v == "INFO") return DebugLevel::info;
+  if (*v == "detail" || *v == "DETAIL") return DebugLevel::detail;
+  DDP_THROW(ValueError, "environment variable DDP_DEBUG='{}' must be off, info or detail", *v);
+}
+
 Device control_device(const ProcessGroup& group, const Device& compute) {
   return group.caps().cpu_tensors ? Device::cpu() : compute;
 }
@@ -43,6 +52,53 @@ ProcessGroup::ProcessGroup(int rank, int size)
     : rank_(rank), size_(size), timeout_(Store::default_timeout()) {
   DDP_CHECK(size >= 1 && rank >= 0 && rank < size, "ProcessGroup: invalid rank {} for world size {}",
             rank, size);
+  // Bad values of the variables surface when the group is made, not at the
+  // first collective.
+  collective_checks_ = debug_level_from_env() == DebugLevel::detail;
+  recorder_ = std::make_shared<FlightRecorder>(FlightRecorder::capacity_from_env(), rank, size, "");
+  install_sigusr1_dump();
+}
+
+FlightRecorder& ProcessGroup::flight_recorder() const {
+  // The backend's name is known only once the derived class is built.
+  std::call_once(recorder_once_, [this] { recorder_->set_backend(backend_name()); });
+  return *recorder_;
+}
+
+// Note [Flight recorder]: every collective passes here, whatever the backend.
+template <class Args, class Launch>
+WorkPtr ProcessGroup::issue(const char* op, const Tensors& tensors, Args&& args, Launch&& launch) {
+  FlightRecorder& r = flight_recorder();
+  const uint64_t seq = r.record(op, tensors);
+  WorkPtr w;
+  try {
+    if constexpr (!std::is_same_v<std::decay_t<Args>, std::nullptr_t>)
+      if (collective_checks_) check_same_call(op, args(), tensors, seq);
+    w = launch();
+  } catch (const std::exception& e) {
+    r.mark_finished(seq, CollectiveState::failed, e.what());
+    throw;
+  }
+  if (w) w->attach_record(recorder_, seq);
+  return w;
+}
+
+// Note [Collective check mode]: every rank's description of this call,
+// gathered through the group itself (not recorded), compared on every rank.
+void ProcessGroup::check_same_call(const char* op, const std::string& args,
+                                   const Tensors& tensors, uint64_t seq) {
+  const std::string mine = detail::describe_call(op, args, tensors);
+  if (size_ == 1) return;
+  const Device dev = control_device(*this, tensors.empty() ? Device::cpu() : tensors.front().device());
+  Tensor in = detail::encode_call(mine).to(dev);
+  Tensors outs;
+  for (int r = 0; r < size_; ++r) outs.push_back(Tensor::zeros(in.shape(), TensorOptions(in.dtype()).device(dev)));
+  do_allgather(outs, in)->wait(timeout_);
+  std::vector<std::string> calls;
+  for (const Tensor& o : outs) calls.push_back(detail::decode_call(o.to(Device::cpu())));
+  const std::string mismatch = detail::mismatch_message(seq, calls);
+  if (!mismatch.empty())
+    DDP_THROW(ValueError, "{} ({} rank {}): {}", op, backend_name(), rank_, mismatch);
 }
 
 void ProcessGroup::check_rank(const char* op, int r, const char* what) const {
@@ -104,7 +160,8 @@ WorkPtr ProcessGroup::allreduce(Tensors tensors, ReduceOp op) {
     check_avg("allreduce", op, t, backend_name(), rank_);
   }
   check_same_device("allreduce", tensors, backend_name(), rank_);
-  return do_allreduce(tensors, op);
+  return issue("allreduce", tensors, [&] { return fmt::format("op={}", reduce_op_name(op)); },
+               [&] { return do_allreduce(tensors, op); });
 }
 
 WorkPtr ProcessGroup::broadcast(Tensors tensors, int root) {
@@ -112,7 +169,8 @@ WorkPtr ProcessGroup::broadcast(Tensors tensors, int root) {
   check_rank("broadcast", root, "root");
   for (const Tensor& t : tensors) check_tensor("broadcast", t);
   check_same_device("broadcast", tensors, backend_name(), rank_);
-  return do_broadcast(tensors, root);
+  return issue("broadcast", tensors, [&] { return fmt::format("root={}", root); },
+               [&] { return do_broadcast(tensors, root); });
 }
 
 WorkPtr ProcessGroup::reduce(Tensors tensors, int root, ReduceOp op) {
@@ -123,7 +181,9 @@ WorkPtr ProcessGroup::reduce(Tensors tensors, int root, ReduceOp op) {
     check_avg("reduce", op, t, backend_name(), rank_);
   }
   check_same_device("reduce", tensors, backend_name(), rank_);
-  return do_reduce(tensors, root, op);
+  return issue("reduce", tensors,
+               [&] { return fmt::format("root={}, op={}", root, reduce_op_name(op)); },
+               [&] { return do_reduce(tensors, root, op); });
 }
 
 WorkPtr ProcessGroup::allgather(Tensors outputs, const Tensor& input) {
@@ -135,7 +195,8 @@ WorkPtr ProcessGroup::allgather(Tensors outputs, const Tensor& input) {
     check_tensor("allgather", o);
     check_like("allgather", o, input, backend_name(), rank_);
   }
-  return do_allgather(outputs, input);
+  return issue("allgather", Tensors{input}, [] { return std::string(); },
+               [&] { return do_allgather(outputs, input); });
 }
 
 WorkPtr ProcessGroup::reduce_scatter(const Tensor& output, Tensors inputs, ReduceOp op) {
@@ -148,7 +209,9 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& output, Tensors inputs, Reduc
     check_tensor("reduce_scatter", i);
     check_like("reduce_scatter", i, output, backend_name(), rank_);
   }
-  return do_reduce_scatter(output, inputs, op);
+  return issue("reduce_scatter", Tensors{output},
+               [&] { return fmt::format("op={}", reduce_op_name(op)); },
+               [&] { return do_reduce_scatter(output, inputs, op); });
 }
 
 WorkPtr ProcessGroup::all_to_all(const Tensor& output, const Tensor& input) {
@@ -158,17 +221,20 @@ WorkPtr ProcessGroup::all_to_all(const Tensor& output, const Tensor& input) {
   DDP_CHECK_T(ShapeError, input.dim() >= 1 && input.size(0) % size_ == 0,
               "all_to_all ({} rank {}): dim 0 of {} must split into {} equal chunks",
               backend_name(), rank_, input.describe(), size_);
-  return do_all_to_all(output, input);
+  return issue("all_to_all", Tensors{input}, [] { return std::string(); },
+               [&] { return do_all_to_all(output, input); });
 }
 
-WorkPtr ProcessGroup::barrier() { return do_barrier(); }
+WorkPtr ProcessGroup::barrier() {
+  return issue("barrier", Tensors{}, [] { return std::string(); }, [&] { return do_barrier(); });
+}
 
 WorkPtr ProcessGroup::send(const Tensor& tensor, int dst, int tag) {
   check_tensor("send", tensor);
   check_rank("send", dst, "destination");
   DDP_CHECK(dst != rank_, "send ({} rank {}): cannot send to itself", backend_name(), rank_);
   DDP_CHECK(tag >= 0, "send ({} rank {}): negative tag {}", backend_name(), rank_, tag);
-  return do_send(tensor, dst, tag);
+  return issue("send", Tensors{tensor}, nullptr, [&] { return do_send(tensor, dst, tag); });
 }
 
 WorkPtr ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
@@ -176,7 +242,7 @@ WorkPtr ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
   check_rank("recv", src, "source");
   DDP_CHECK(src != rank_, "recv ({} rank {}): cannot receive from itself", backend_name(), rank_);
   DDP_CHECK(tag >= 0, "recv ({} rank {}): negative tag {}", backend_name(), rank_, tag);
-  return do_recv(tensor, src, tag);
+  return issue("recv", Tensors{tensor}, nullptr, [&] { return do_recv(tensor, src, tag); });
 }
 
 }  // namespace ddp::dist

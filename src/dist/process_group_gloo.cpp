@@ -35,6 +35,7 @@
 
 #include "ddp/dist/process_group_gloo.h"
 
+#include <atomic>
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
@@ -59,6 +60,7 @@
 #include "ddp/dist/tcp_store.h"
 #include "host_collectives.h"
 #include "host_staging.h"
+#include "desync_report.h"
 #include "net.h"
 #include "roll_call.h"
 #include "work_queue.h"
@@ -157,13 +159,17 @@ struct ProcessGroupGloo::Impl final : HostTransport {
   int size = 1;
   std::shared_ptr<dist::Store> store;  // the group's prefix store
   std::shared_ptr<gloo::rendezvous::Context> ctx;  // null for a world of one
-  std::chrono::milliseconds timeout{0};
+  // Per collective; set_timeout() changes it while the worker runs.
+  std::atomic<int64_t> timeout_ms{0};
+  std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(timeout_ms.load()); }
   std::chrono::milliseconds grace{0};
   int store_host_rank = -1;
   uint32_t next_tag = 0;  // worker thread only: every rank numbers its collectives alike
   std::mutex broken_mu;
   std::exception_ptr broken;  // the first failure; every later call rethrows it
   std::unique_ptr<WorkQueue> queue;
+  const FlightRecorder* recorder = nullptr;  // the group's (Note [Desync report])
+  std::unique_ptr<Heartbeat> heartbeat;       // last: stops before the store goes
 
   std::exception_ptr first_failure() {
     std::lock_guard<std::mutex> lk(broken_mu);
@@ -182,15 +188,25 @@ struct ProcessGroupGloo::Impl final : HostTransport {
         DDP_LOG_DEBUG("gloo rank {}: closing connections after a failure: {}", rank, e.what());
       }
     }
-    RollCall rc = roll_call(*store, "failure/roll_call", rank, size, grace, rank == store_host_rank);
+    // Note [Desync report]: the roll call carries every survivor's position.
+    RollCall rc = roll_call(*store, "failure/roll_call", rank, size, grace,
+                            rank == store_host_rank, recorder ? desync_payload(*recorder) : "",
+                            "heartbeat");
     std::string lost = describe_lost(rc, store_host_rank);
+    std::string report = desync_line(rc);
+    if (!report.empty()) DDP_LOG_ERROR("gloo rank {} of {}: {}", rank, size, report);
+    if (recorder) {
+      const std::string path = recorder->dump_to_file(fmt::format("{} failed: {}", op, what));
+      if (!path.empty()) report += (report.empty() ? "" : "; ") + ("flight recorder dumped to " + path);
+    }
+    if (!report.empty()) report = "; " + report;
     std::exception_ptr err;
     try {
       if (!lost.empty())
-        DDP_THROW(DistNetworkError, "{} (gloo rank {} of {}): {}; gloo said: {}", op, rank, size,
-                  lost, what);
-      DDP_THROW(GlooError, "{} (gloo rank {} of {}): {} (every rank is alive)", op, rank, size,
-                what);
+        DDP_THROW(DistNetworkError, "{} (gloo rank {} of {}): {}; gloo said: {}{}", op, rank, size,
+                  lost, what, report);
+      DDP_THROW(GlooError, "{} (gloo rank {} of {}): {} (every rank is alive){}", op, rank, size,
+                what, report);
     } catch (...) {
       err = std::current_exception();
     }
@@ -234,7 +250,7 @@ struct ProcessGroupGloo::Impl final : HostTransport {
         o.setOutput(static_cast<T*>(data), size_t(n));
         o.setReduceFunction(reduce_fn_as<T>(op));
         o.setTag(tag());
-        o.setTimeout(timeout);
+        o.setTimeout(timeout());
         gloo::allreduce(o);
       } else {
         gloo::ReduceOptions o(ctx);
@@ -242,7 +258,7 @@ struct ProcessGroupGloo::Impl final : HostTransport {
         o.setRoot(root);
         o.setReduceFunction(reduce_fn_as<T>(op));
         o.setTag(tag());
-        o.setTimeout(timeout);
+        o.setTimeout(timeout());
         gloo::reduce(o);
       }
     });
@@ -254,7 +270,7 @@ struct ProcessGroupGloo::Impl final : HostTransport {
     o.setOutput(static_cast<uint8_t*>(data), nbytes);
     o.setRoot(root);
     o.setTag(tag());
-    o.setTimeout(timeout);
+    o.setTimeout(timeout());
     gloo::broadcast(o);
   }
 
@@ -268,7 +284,7 @@ struct ProcessGroupGloo::Impl final : HostTransport {
     if (in) o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)), n);
     o.setOutput(static_cast<uint8_t*>(out), n * size_t(size));
     o.setTag(tag());
-    o.setTimeout(timeout);
+    o.setTimeout(timeout());
     gloo::allgather(o);
   }
 
@@ -304,7 +320,7 @@ struct ProcessGroupGloo::Impl final : HostTransport {
     o.setInput(const_cast<uint8_t*>(static_cast<const uint8_t*>(in)), n);
     o.setOutput(static_cast<uint8_t*>(out), n);
     o.setTag(tag());
-    o.setTimeout(timeout);
+    o.setTimeout(timeout());
     gloo::alltoall(o);
   }
 
@@ -312,13 +328,19 @@ struct ProcessGroupGloo::Impl final : HostTransport {
     if (!ctx) return;
     gloo::BarrierOptions o(ctx);
     o.setTag(tag());
-    o.setTimeout(timeout);
+    o.setTimeout(timeout());
     gloo::barrier(o);
   }
 };
 
 ProcessGroupGloo::ProcessGroupGloo(int rank, int size, std::unique_ptr<Impl> impl)
     : HostProcessGroup(rank, size), impl_(std::move(impl)) {
+  ProcessGroup::set_timeout(impl_->timeout());
+  impl_->recorder = &flight_recorder();
+  if (size > 1)  // Note [Roll call cost]: busy ranks are not lost ones
+    impl_->heartbeat = std::make_unique<Heartbeat>(
+        impl_->store, "heartbeat", rank, Heartbeat::kDefaultPeriod,
+        [r = impl_->recorder] { return desync_payload(*r); });
   impl_->queue = std::make_unique<WorkQueue>("gloo", rank);
   impl_->queue->start();
 }
@@ -331,8 +353,8 @@ std::shared_ptr<ProcessGroupGloo> ProcessGroupGloo::create(std::shared_ptr<Store
   auto impl = std::make_unique<Impl>();
   impl->rank = rank;
   impl->size = size;
-  impl->timeout = options.timeout.count() > 0 ? options.timeout : store->timeout();
-  impl->grace = std::min(options.roll_call_grace, impl->timeout);
+  impl->timeout_ms = (options.timeout.count() > 0 ? options.timeout : store->timeout()).count();
+  impl->grace = std::min(options.roll_call_grace, impl->timeout());
   impl->store_host_rank = options.store_host_rank;
   std::string name = options.group_name;
   if (name.empty())  // the n-th gloo group of this rank (the counter lives in the store)
@@ -361,7 +383,7 @@ std::shared_ptr<ProcessGroupGloo> ProcessGroupGloo::create(std::shared_ptr<Store
                 bind_description(attr), e.what());
     }
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-    ctx->setTimeout(impl->timeout);
+    ctx->setTimeout(impl->timeout());
     GlooStore gstore(impl->store);
     try {
       ctx->connectFullMesh(gstore, device);
@@ -376,8 +398,14 @@ std::shared_ptr<ProcessGroupGloo> ProcessGroupGloo::create(std::shared_ptr<Store
   return std::shared_ptr<ProcessGroupGloo>(new ProcessGroupGloo(rank, size, std::move(impl)));
 }
 
+void ProcessGroupGloo::set_timeout(std::chrono::milliseconds t) {
+  ProcessGroup::set_timeout(t);
+  impl_->timeout_ms = t.count();  // the next collective the worker runs uses it
+}
+
 ProcessGroupGloo::~ProcessGroupGloo() {
   impl_->queue->stop();
+  impl_->heartbeat.reset();
   impl_->ctx.reset();
 }
 
@@ -453,7 +481,7 @@ static WorkPtr post_p2p(ProcessGroupGloo::Impl* p, const char* op, const Tensor&
   else
     buf->send(peer, slot);
   auto w = std::make_shared<GlooP2PWork>(op, p->ctx, std::move(buf), s, is_recv, p->rank, peer,
-                                         p->timeout);
+                                         p->timeout());
   w->set_result({t});
   return w;
 }

@@ -10,6 +10,22 @@
 // between tasks (and, while nothing else is queued, in a short backoff
 // loop), completing their Works as they finish.
 //
+// Note [MPI timeouts]
+// The collectives are posted non-blocking (MPI_Iallreduce, ...) and the
+// worker tests them until they finish or the group's timeout passes (a
+// short spin, then sleeps growing to 1 ms), so a desync or a lost rank fails
+// the Work with TimeoutError instead of hanging the worker forever. MPI
+// cannot cancel a posted collective: the timed-out request stays posted, so
+// its buffers (the task, with its staging buffers, and the Work's tensors)
+// are kept alive on purpose, never freed, and the group is broken (every
+// later call raises the same error). Before raising, the timed-out ranks
+// exchange their flight-recorder positions over a second communicator
+// (Note [Desync report]) for up to min(5 s, timeout). The destructor of a
+// broken group neither frees its communicator nor waits for the request,
+// and the atexit handler then skips MPI_Finalize (it could wait on the
+// posted collective): the process should end, and mpirun will say that a
+// rank exited without MPI_Finalize. That is the state a timeout leaves.
+//
 // Note [MPI initialisation and finalisation]
 // MPI is process-global, so this file keeps the only process-global state of
 // the backend: whether we initialised MPI, the thread level, and how many
@@ -34,15 +50,20 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <thread>
 
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "ddp/dist/backend_registry.h"
+#include "desync_exchange_mpi.h"
+#include "desync_report.h"
 #include "host_collectives.h"
 #include "host_staging.h"
 #include "work_queue.h"
@@ -59,6 +80,7 @@ struct MpiGlobal {
   bool we_initialised = false;
   int thread_level = MPI_THREAD_SINGLE;
   int live_groups = 0;
+  bool abandoned_requests = false;  // Note [MPI timeouts]
 };
 MpiGlobal& mpi_global() {
   static MpiGlobal* g = new MpiGlobal;  // leaked: the atexit handler may outlive statics
@@ -71,6 +93,11 @@ void finalize_at_exit() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
+  if (g.abandoned_requests) {
+    DDP_LOG_WARNING("mpi: a collective timed out and is still posted; not calling MPI_Finalize "
+                    "(Note [MPI timeouts])");
+    return;
+  }
   if (g.live_groups > 0) {
     DDP_LOG_WARNING("mpi: {} process group(s) still alive at exit; not calling MPI_Finalize",
                     g.live_groups);
@@ -164,6 +191,12 @@ struct ProcessGroupMPI::Impl final : HostTransport {
   };
 
   MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm report_comm = MPI_COMM_NULL;  // the desync report's exchange (Note [MPI timeouts])
+  std::atomic<int64_t> timeout_ms{0};
+  const FlightRecorder* recorder = nullptr;
+  std::mutex broken_mu;
+  std::exception_ptr broken;  // the first timeout; every later call rethrows it
+  std::vector<std::shared_ptr<void>> abandoned;  // kept alive for posted requests
   int rank = 0;
   int size = 1;
   int tag_ub = 32767;
@@ -182,12 +215,88 @@ struct ProcessGroupMPI::Impl final : HostTransport {
   int transport_rank() const override { return rank; }
   int transport_size() const override { return size; }
 
+  std::exception_ptr first_failure() {
+    std::lock_guard<std::mutex> lk(broken_mu);
+    return broken;
+  }
+
   WorkPtr submit(const char* op, Tensors result, std::function<void()> run) override {
-    return queue->submit(op, std::move(result), [run = std::move(run)] {
-      run();
+    if (auto e = first_failure()) std::rethrow_exception(e);
+    auto task = std::make_shared<std::function<void()>>(std::move(run));
+    return queue->submit(op, result, [this, task, result] {
+      if (auto e = first_failure()) std::rethrow_exception(e);
+      try {
+        (*task)();
+      } catch (const TimeoutError&) {
+        // Note [MPI timeouts]: the request stays posted on these buffers.
+        abandoned.push_back(task);
+        abandoned.push_back(std::make_shared<Tensors>(result));
+        throw;
+      }
       return true;
     });
   }
+
+  // Tests req until it finishes or the timeout passes (Note [MPI timeouts]).
+  void wait_request(const char* op, MPI_Request& req) {
+    const auto t = std::chrono::milliseconds(timeout_ms.load());
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = t.count() > 0 ? start + t : std::chrono::steady_clock::time_point::max();
+    auto nap = std::chrono::microseconds(0);
+    for (;;) {
+      int flag = 0;
+      DDP_MPI_CALL(op, rank, MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
+      if (flag) return;
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) time_out(op, t);
+      if (now - start > std::chrono::microseconds(200)) {
+        nap = std::min(std::chrono::microseconds(1000), nap * 2 + std::chrono::microseconds(10));
+        std::this_thread::sleep_for(nap);
+      }
+    }
+  }
+
+  [[noreturn]] void time_out(const char* op, std::chrono::milliseconds t) {
+    break_group(op, fmt::format("not completed within {:.1f} s", t.count() / 1000.0), true);
+  }
+
+  [[noreturn]] void break_group(const char* op, const std::string& what, bool timed_out) {
+    if (auto e = first_failure()) std::rethrow_exception(e);
+    if (timed_out) {
+      MpiGlobal& g = mpi_global();
+      std::lock_guard<std::mutex> lk(g.mu);
+      g.abandoned_requests = true;
+    }
+    // After an error (not a timeout) the other ranks may still sit in the
+    // collective until their own timeout: wait for their answers that long.
+    std::string report = exchange_positions_mpi(
+        report_comm, rank, size, recorder,
+        std::chrono::milliseconds(std::max<int64_t>(timeout_ms.load(), 1)),
+        timed_out ? std::chrono::milliseconds(0) : std::chrono::milliseconds(timeout_ms.load()),
+        abandoned);
+    if (!report.empty()) DDP_LOG_ERROR("mpi rank {} of {}: {}", rank, size, report);
+    if (recorder) {
+      const std::string path = recorder->dump_to_file(fmt::format("{}: {}", op, what));
+      if (!path.empty()) report += (report.empty() ? "" : "; ") + ("flight recorder dumped to " + path);
+    }
+    std::exception_ptr err;
+    try {
+      if (timed_out)
+        DDP_THROW(TimeoutError, "{} (mpi rank {} of {}): {}{}{}", op, rank, size, what,
+                  report.empty() ? "" : "; ", report);
+      DDP_THROW(MpiError, "{} (mpi rank {} of {}): {}{}{}", op, rank, size, what,
+                report.empty() ? "" : "; ", report);
+    } catch (...) {
+      err = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lk(broken_mu);
+      if (!broken) broken = err;
+    }
+    std::rethrow_exception(err);
+  }
+
+
 
   // post() starts a non-blocking request on the worker; the worker completes
   // the Work when the request finishes (Note [MPI progress]).
@@ -247,20 +356,21 @@ struct ProcessGroupMPI::Impl final : HostTransport {
       int c = int(std::min(kMaxChunk, n - off));
       auto* p = static_cast<std::byte*>(data) + off * esize;
       if (root < 0)
-        DDP_MPI_CALL(op, rank, MPI_Allreduce(MPI_IN_PLACE, p, c, type, mpi_op(rop), comm));
+        post(op, [&](MPI_Request* q) { return MPI_Iallreduce(MPI_IN_PLACE, p, c, type, mpi_op(rop), comm, q); });
       else if (root == rank)
-        DDP_MPI_CALL(op, rank, MPI_Reduce(MPI_IN_PLACE, p, c, type, mpi_op(rop), root, comm));
+        post(op, [&](MPI_Request* q) { return MPI_Ireduce(MPI_IN_PLACE, p, c, type, mpi_op(rop), root, comm, q); });
       else
-        DDP_MPI_CALL(op, rank, MPI_Reduce(p, nullptr, c, type, mpi_op(rop), root, comm));
+        post(op, [&](MPI_Request* q) { return MPI_Ireduce(p, nullptr, c, type, mpi_op(rop), root, comm, q); });
     }
   }
 
   void broadcast(const char* op, void* data, size_t nbytes, int root) override {
     const int64_t n = int64_t(nbytes);
     for (int64_t off = 0; off < n; off += kMaxChunk)
-      DDP_MPI_CALL(op, rank,
-                   MPI_Bcast(static_cast<std::byte*>(data) + off, int(std::min(kMaxChunk, n - off)),
-                             MPI_BYTE, root, comm));
+      post(op, [&](MPI_Request* q) {
+        return MPI_Ibcast(static_cast<std::byte*>(data) + off, int(std::min(kMaxChunk, n - off)),
+                          MPI_BYTE, root, comm, q);
+      });
   }
 
   void check_count(const char* op, int64_t count, const Tensor& t) override {
@@ -269,28 +379,48 @@ struct ProcessGroupMPI::Impl final : HostTransport {
 
   // Counts fit an int: checked before staging (check_count).
   void allgather(const char* op, const void* in, void* out, size_t n) override {
-    DDP_MPI_CALL(op, rank,
-                 MPI_Allgather(in ? in : MPI_IN_PLACE, int(n), MPI_BYTE, out, int(n), MPI_BYTE,
-                               comm));
+    post(op, [&](MPI_Request* q) {
+      return MPI_Iallgather(in ? in : MPI_IN_PLACE, int(n), MPI_BYTE, out, int(n), MPI_BYTE, comm, q);
+    });
   }
 
   void reduce_scatter(const char* op, DType wire, void* in, bool, void* out, int64_t n,
                       ReduceOp rop) override {
-    DDP_MPI_CALL(op, rank,
-                 MPI_Reduce_scatter_block(in, out, int(n), mpi_type(wire), mpi_op(rop), comm));
+    post(op, [&](MPI_Request* q) {
+      return MPI_Ireduce_scatter_block(in, out, int(n), mpi_type(wire), mpi_op(rop), comm, q);
+    });
   }
 
   void all_to_all(const char* op, const void* in, void* out, size_t chunk) override {
     const int c = int(chunk);
-    DDP_MPI_CALL(op, rank,
-                 MPI_Alltoall(in ? in : MPI_IN_PLACE, c, MPI_BYTE, out, c, MPI_BYTE, comm));
+    post(op, [&](MPI_Request* q) {
+      return MPI_Ialltoall(in ? in : MPI_IN_PLACE, c, MPI_BYTE, out, c, MPI_BYTE, comm, q);
+    });
   }
 
-  void barrier() override { DDP_MPI_CALL("barrier", rank, MPI_Barrier(comm)); }
+  void barrier() override {
+    post("barrier", [&](MPI_Request* q) { return MPI_Ibarrier(comm, q); });
+  }
+
+  // Posts a non-blocking collective and waits for it (Note [MPI timeouts]).
+  // An MPI error (a count mismatch: MPI_ERR_TRUNCATE) breaks the group with
+  // the desync report too.
+  template <class Post>
+  void post(const char* op, Post&& start) {
+    MPI_Request req = MPI_REQUEST_NULL;
+    try {
+      DDP_MPI_CALL(op, rank, start(&req));
+      wait_request(op, req);
+    } catch (const MpiError& e) {
+      break_group(op, e.what(), false);
+    }
+  }
 };
 
 ProcessGroupMPI::ProcessGroupMPI(int rank, int size, std::unique_ptr<Impl> impl)
     : HostProcessGroup(rank, size), impl_(std::move(impl)) {
+  impl_->timeout_ms = timeout().count();  // the default until set_timeout()
+  impl_->recorder = &flight_recorder();
   impl_->start();
 }
 
@@ -308,6 +438,10 @@ std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create() {
       throw_mpi(__FILE__, __LINE__, rc, "ProcessGroupMPI::create (MPI_Init_thread)", -1);
     g.we_initialised = true;
     std::atexit(finalize_at_exit);
+    // Open MPI reports a failed non-blocking collective (a count mismatch
+    // between ranks) on MPI_COMM_WORLD's handler, fatal by default; we own
+    // this MPI, so errors come back as MpiError instead (Note [MPI timeouts]).
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   }
   MPI_Query_thread(&g.thread_level);
   DDP_CHECK_T(MpiError, g.thread_level >= MPI_THREAD_SERIALIZED,
@@ -325,6 +459,9 @@ std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create() {
   DDP_MPI_CALL("ProcessGroupMPI::create (MPI_Comm_dup)", world_rank,
                MPI_Comm_dup(MPI_COMM_WORLD, &impl->comm));
   MPI_Comm_set_errhandler(impl->comm, MPI_ERRORS_RETURN);
+  DDP_MPI_CALL("ProcessGroupMPI::create (MPI_Comm_dup)", world_rank,
+               MPI_Comm_dup(MPI_COMM_WORLD, &impl->report_comm));
+  MPI_Comm_set_errhandler(impl->report_comm, MPI_ERRORS_RETURN);
   MPI_Comm_rank(impl->comm, &impl->rank);
   MPI_Comm_size(impl->comm, &impl->size);
   void* ub = nullptr;
@@ -336,13 +473,24 @@ std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create() {
   return std::shared_ptr<ProcessGroupMPI>(new ProcessGroupMPI(r, s, std::move(impl)));
 }
 
+void ProcessGroupMPI::set_timeout(std::chrono::milliseconds t) {
+  ProcessGroup::set_timeout(t);
+  impl_->timeout_ms = t.count();
+}
+
 ProcessGroupMPI::~ProcessGroupMPI() {
-  impl_->queue->stop();
+  impl_->queue->stop();  // never stuck in MPI: waits end at the timeout
   MpiGlobal& g = mpi_global();
   std::lock_guard<std::mutex> lk(g.mu);
   int finalized = 0;
   MPI_Finalized(&finalized);
-  if (!finalized && impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
+  // A broken group's communicators still carry a posted collective: left
+  // as they are (Note [MPI timeouts]).
+  const bool broken = impl_->first_failure() != nullptr;
+  if (!finalized && !broken) {
+    if (impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
+    if (impl_->report_comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->report_comm);
+  }
   --g.live_groups;
 }
 

@@ -406,6 +406,7 @@ std::shared_ptr<ProcessGroupNCCL> ProcessGroupNCCL::create_with_id(int rank, int
 
 ProcessGroupNCCL::ProcessGroupNCCL(int rank, int size, std::unique_ptr<Impl> impl)
     : ProcessGroup(rank, size), impl_(std::move(impl)) {
+  impl_->recorder = &flight_recorder();
   impl_->start_watchdog();
 }
 

@@ -215,7 +215,16 @@ void ProcessGroupNCCL::Impl::track(std::shared_ptr<WorkNCCL> work) {
   cv.notify_all();
 }
 
-void ProcessGroupNCCL::Impl::abort(bool timeout, const std::string& cause) {
+void ProcessGroupNCCL::Impl::abort(bool timeout, const std::string& given_cause) {
+  // Note [Desync report]: this rank's position and its dump. (The exchange
+  // of positions between ranks, as gloo and mpi do, is not wired for nccl:
+  // the group keeps no store after its creation.)
+  std::string cause = given_cause;
+  if (recorder && !aborted.load()) {
+    cause += "; this rank is at " + recorder->position();
+    const std::string path = recorder->dump_to_file(given_cause);
+    if (!path.empty()) cause += "; flight recorder dumped to " + path;
+  }
   ncclComm_t victim = nullptr;
   {
     std::lock_guard<std::mutex> lk(comm_mu);

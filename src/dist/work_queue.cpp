@@ -70,6 +70,7 @@ void WorkQueue::loop() {
     if (task) {
       bool done = true;
       std::exception_ptr err;
+      task->work->mark_started();  // Note [Flight recorder]
       try {
         done = task->run(task->work);
       } catch (...) {

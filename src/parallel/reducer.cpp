@@ -16,6 +16,7 @@
 #include "ddp/autograd/node.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
+#include "ddp/dist/flight_recorder.h"
 #include "ddp/tensor/ops.h"
 
 namespace ddp::parallel {
@@ -346,6 +347,10 @@ void Reducer::launch_ready_buckets() {
     for (size_t i : b.params) view.parameters.push_back(params_[i]);
     view.gradients = b.views;
     b.timing.launched = BucketTiming::Clock::now();
+    if (next_launch_ == 0) ++launched_iterations_;  // buckets launch in order from 0
+    // Note [Desync report]: the flight recorder names the bucket.
+    dist::CollectiveTag tag(fmt::format("ddp bucket {} of {}, iteration {}", next_launch_ + 1,
+                                        buckets_.size(), launched_iterations_));
     b.work = hook_ ? hook_(*group_, view) : allreduce_hook(*group_, view);
     b.launched = true;
     DDP_CHECK(b.work.work != nullptr,

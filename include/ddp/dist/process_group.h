@@ -13,9 +13,11 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "ddp/dist/flight_recorder.h"
 #include "ddp/dist/work.h"
 #include "ddp/tensor/tensor.h"
 
@@ -67,6 +69,13 @@ class ProcessGroup;
 // takes which tensors (Note [Routing by device]).
 Device control_device(const ProcessGroup& group, const Device& compute);
 
+// DDP_DEBUG: "" / "off" (default), "info" (no extra checks yet) or
+// "detail": every collective is first compared across the ranks (Note
+// [Collective check mode] in src/dist/collective_check.h). ValueError naming
+// the variable for anything else.
+enum class DebugLevel { off, info, detail };
+DebugLevel debug_level_from_env();
+
 class ProcessGroup {
  public:
   ProcessGroup(int rank, int size);
@@ -81,6 +90,13 @@ class ProcessGroup {
   std::chrono::milliseconds timeout() const { return timeout_; }
   // Virtual so that a group of groups (RoutingProcessGroup) passes it on.
   virtual void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+
+  // The last collectives of this group (Note [Flight recorder]); its size
+  // comes from DDP_FLIGHT_RECORDER_SIZE at the group's creation.
+  FlightRecorder& flight_recorder() const;
+  // DDP_DEBUG=detail at creation, or set here (every rank alike).
+  bool collective_checks() const { return collective_checks_; }
+  void set_collective_checks(bool on) { collective_checks_ = on; }
 
   // In place on every tensor (several tensors are coalesced into one
   // operation). avg divides by size() and needs floating tensors.
@@ -116,6 +132,15 @@ class ProcessGroup {
  private:
   void check_tensor(const char* op, const Tensor& t) const;
   void check_rank(const char* op, int r, const char* what) const;
+  // Records the collective, runs the collective check when on, issues it
+  // through launch and ties its Work to the record.
+  template <class Args, class Launch>
+  WorkPtr issue(const char* op, const Tensors& tensors, Args&& args, Launch&& launch);
+  void check_same_call(const char* op, const std::string& args, const Tensors& tensors,
+                       uint64_t seq);
+  mutable std::once_flag recorder_once_;
+  mutable std::shared_ptr<FlightRecorder> recorder_;
+  bool collective_checks_ = false;
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;

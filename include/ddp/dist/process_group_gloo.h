@@ -61,6 +61,8 @@ class ProcessGroupGloo : public HostProcessGroup {
   ~ProcessGroupGloo() override;
 
   std::string backend_name() const override { return "gloo"; }
+  // Also the timeout of the collectives already queued but not yet started.
+  void set_timeout(std::chrono::milliseconds t) override;
 
   struct Impl;  // public only so that the .cpp's helpers can name it
 

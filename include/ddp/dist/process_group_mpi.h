@@ -12,6 +12,7 @@
 // See Note [MPI progress] and Note [MPI initialisation and finalisation] in
 // src/dist/process_group_mpi.cpp.
 
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -32,11 +33,16 @@ class ProcessGroupMPI : public HostProcessGroup {
   // initialised by someone else with too low a thread level.
   static std::shared_ptr<ProcessGroupMPI> create();
 
-  // Runs what was already submitted (other ranks wait for it), then frees the
-  // communicator. Receives still pending are cancelled and their Works fail.
+  // Runs what was already submitted (other ranks wait for it, up to the
+  // timeout), then frees the communicator. Receives still pending are
+  // cancelled and their Works fail. After a timeout it returns at once and
+  // leaves the communicator (Note [MPI timeouts] in the .cpp).
   ~ProcessGroupMPI() override;
 
   std::string backend_name() const override { return "mpi"; }
+  // Every wait of the worker honours it (Note [MPI timeouts]); the default
+  // is the store default (300 s, DDP_STORE_TIMEOUT_S).
+  void set_timeout(std::chrono::milliseconds t) override;
 
   struct Impl;  // public only so that the .cpp's helpers can name it
 

@@ -24,6 +24,8 @@
 
 namespace ddp::dist {
 
+class FlightRecorder;
+
 class Work {
  public:
   explicit Work(std::string op) : op_(std::move(op)) {}
@@ -50,6 +52,14 @@ class Work {
   // Runs fn (for example a copy back from a staging buffer) when the work
   // completes successfully, before waiters are released. Backends only.
   void on_success(std::function<void()> fn) { on_success_.push_back(std::move(fn)); }
+  // The flight-recorder entry this Work reports its start, end and state to
+  // (Note [Flight recorder]); set by ProcessGroup as the collective is issued.
+  // A Work completed before this call reports at once.
+  void attach_record(std::shared_ptr<FlightRecorder> recorder, uint64_t seq);
+  // The backend began running it (a host backend's worker picked it up).
+  void mark_started();
+  // Sequence number in its group's flight recorder; 0 when not recorded.
+  uint64_t record_seq() const;
 
  private:
   std::string op_;
@@ -60,6 +70,8 @@ class Work {
   std::exception_ptr error_;
   Tensors result_;
   std::vector<std::function<void()>> on_success_;
+  std::shared_ptr<FlightRecorder> recorder_;
+  uint64_t record_seq_ = 0;
 };
 
 using WorkPtr = std::shared_ptr<Work>;

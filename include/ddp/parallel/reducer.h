@@ -220,6 +220,7 @@ class Reducer {
   std::vector<char> used_;        // by parameter: got a gradient (or had one)
   size_t next_launch_ = 0;        // the next bucket to launch
   std::vector<BucketTiming> timeline_;
+  int64_t launched_iterations_ = 0;  // tags the buckets' collectives (flight recorder)
   std::string unfinished_error_;  // raised by the next prepare_for_forward
 
   // ---- Note [Rebuilding buckets] ----

@@ -1,0 +1,96 @@
+// Ranks that fall out of step: every survivor must end with the desync
+// report (Note [Desync report]) within the timeout + 10 s, or, with
+// DDP_DEBUG=detail, with the collective check's error (Note [Collective
+// check mode]). Run by ctest through ddprun (gloo) and mpirun (mpi).
+//
+//   pg_desync_main --backend gloo|mpi --scenario skip|shape|sleep [--odd R]
+//
+// Every rank issues allreduce "step 1", allreduce "step 2", barrier "step 3";
+// the odd rank (default 1) skips step 2 (skip), passes a longer tensor in
+// step 2 (shape), or sleeps instead of step 2 and issues nothing more
+// (sleep). Each rank prints one line "rank N: PASS ..." when it saw what it
+// should, or "rank N: odd rank, done" for an odd rank that saw no error; the
+// ctest checks that every rank printed one (expect_lines.sh), since mpirun's
+// exit status is not the ranks' (a timed-out MPI rank skips MPI_Finalize:
+// Note [MPI timeouts]).
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "ddp/core/error.h"
+#include "ddp/dist/flight_recorder.h"
+#include "ddp/dist/init.h"
+
+using namespace ddp;
+using namespace ddp::dist;
+
+int main(int argc, char** argv) {
+  std::string backend = "gloo", scenario = "sleep";
+  int odd = 1;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--backend") backend = argv[i + 1];
+    if (a == "--scenario") scenario = argv[i + 1];
+    if (a == "--odd") odd = std::atoi(argv[i + 1]);
+  }
+  constexpr double kTimeoutS = 3.0;
+  const char* dbg = std::getenv("DDP_DEBUG");
+  const bool detail = dbg && std::string(dbg) == "detail";
+  int rank = -1;
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    InitOptions o;
+    o.backend = backend;
+    o.device = Device::cpu();
+    World w = init_process_group(o);
+    rank = w.rank();
+    ProcessGroup& g = *w.group;
+    g.barrier()->wait();
+    g.set_timeout(std::chrono::milliseconds(int(kTimeoutS * 1000)));
+    Tensor a = Tensor::ones({4});
+    {
+      CollectiveTag tag("step 1");
+      g.allreduce({a})->wait();
+    }
+    t0 = std::chrono::steady_clock::now();
+    const bool is_odd = rank == odd;
+    if (is_odd && scenario == "sleep") {
+      std::printf("rank %d: odd rank, done (sleeping instead of step 2)\n", rank);
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::seconds(14));
+      return 0;
+    }
+    if (!(is_odd && scenario == "skip")) {
+      CollectiveTag tag("step 2");
+      Tensor b = Tensor::ones({is_odd && scenario == "shape" ? 5 : 4});
+      g.allreduce({b})->wait();
+    }
+    {
+      CollectiveTag tag("step 3");
+      g.barrier()->wait();
+    }
+    if (is_odd) {
+      std::printf("rank %d: odd rank, done (no error)\n", rank);
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::seconds(14));
+      return 0;
+    }
+    std::printf("rank %d: FAIL: no error\n", rank);
+    return 1;
+  } catch (const Error& e) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const std::string msg = e.what();
+    const std::string want =
+        detail && scenario == "shape" ? "differs across ranks (DDP_DEBUG=detail)" : "desync report:";
+    const bool ok = msg.find(want) != std::string::npos && s <= kTimeoutS + 10.0;
+    std::printf("rank %d: %s after %.1f s: %s\n", rank, ok ? "PASS" : "FAIL", s, msg.c_str());
+    std::fflush(stdout);
+    // Under mpirun, a rank that ends first may get the others killed before
+    // they print.
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    return ok ? 0 : 1;
+  }
+}
