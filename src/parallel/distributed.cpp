@@ -137,6 +137,7 @@ void DistributedDataParallelBase::broadcast_from_rank0(const Tensors& tensors) {
 }
 
 void DistributedDataParallelBase::pre_forward() {
+  for (const auto& hook : forward_pre_hooks_) hook();
   if (!autograd::grad_enabled()) return;
   reducer_->prepare_for_forward();
   if (options_.broadcast_buffers && module_base_->is_training()) broadcast_from_rank0(buffers_);
