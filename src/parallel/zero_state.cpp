@@ -158,7 +158,8 @@ void ZeroRedundancyOptimizer::load_sharded_state_dict(const std::vector<TensorDi
   // This rank's segments, in the local optimizer's layout.
   TensorDict local;
   for (const auto& [key, t] : *by_rank[0])
-    if (key.rfind("local.param_groups.", 0) == 0) local.insert(key.substr(6), t);
+    if (key.rfind("local.param_groups.", 0) == 0 && key != "local.param_groups.0.params")
+      local.insert(key.substr(6), t);
   std::vector<int64_t> numbers;
   for (size_t k = 0; k < me.segments.size(); ++k) numbers.push_back(int64_t(k));
   local.insert("param_groups.0.params",
