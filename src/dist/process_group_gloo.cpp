@@ -125,6 +125,9 @@ void with_wire_type(DType wire, F&& fn) {
 // The slot of point-to-point messages: a prefix no Gloo collective uses,
 // then the user's tag, so both sides agree without talking.
 constexpr uint64_t kP2PSlotPrefix = uint64_t(0x80) << 56;
+// The slot of the ring reduce-scatter's messages (Note [Gloo ring
+// reduce-scatter]), then the collective's sequence tag.
+constexpr uint64_t kRingSlotPrefix = uint64_t(0x81) << 56;
 
 // The host the store's clients connect to (through any PrefixStores): the
 // default peer for Note [Gloo address] when no master_addr is given.
@@ -272,20 +275,52 @@ struct ProcessGroupGloo::Impl final : HostTransport {
     gloo::allgather(o);
   }
 
-  // Gloo has no general reduce-scatter: allreduce every rank's inputs, packed
-  // as one wire buffer, and keep our chunk. It moves size() times the data of
-  // a true reduce-scatter, which is acceptable for a CPU test backend.
+  // Note [Gloo ring reduce-scatter]
+  // The installed Gloo offers reduce-scatter only as an old-style algorithm
+  // object (ReduceScatterHalvingDoubling) that registers its own buffers per
+  // instance, so it is run as a ring over unbound buffers instead: in step s
+  // (of size - 1) every rank sends its partial sum of chunk (rank - s - 1) to
+  // its right neighbour and adds the partial sum of chunk (rank - s - 2) it
+  // receives from its left one; after the last step chunk `rank` holds the
+  // reduction over all ranks. Each rank sends and receives (size - 1) chunks,
+  // (size - 1) / size of the input, where the allreduce that stood in for it
+  // before moved about twice the whole input. One pair of buffers is posted
+  // per step, so each step's message is the only one in flight on the slot.
   void reduce_scatter(const char* op, DType wire, void* in, bool in_is_scratch, void* out,
                       int64_t n, ReduceOp rop) override {
     const size_t chunk = size_t(n) * element_size(wire);
+    if (!ctx || size == 1) {
+      std::memcpy(out, static_cast<std::byte*>(in) + size_t(rank) * chunk, chunk);
+      return;
+    }
+    if (n == 0) return;
     std::unique_ptr<std::byte[]> copy;
+    auto* acc = static_cast<std::byte*>(in);
     if (!in_is_scratch) {
       copy = std::make_unique_for_overwrite<std::byte[]>(chunk * size_t(size));
       std::memcpy(copy.get(), in, chunk * size_t(size));
-      in = copy.get();
+      acc = copy.get();
     }
-    reduce(op, wire, in, n * size, rop, -1);
-    std::memcpy(out, static_cast<std::byte*>(in) + size_t(rank) * chunk, chunk);
+    auto incoming = std::make_unique_for_overwrite<std::byte[]>(chunk);
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    const uint64_t slot = kRingSlotPrefix | uint64_t(tag());
+    auto sender = ctx->createUnboundBuffer(acc, chunk * size_t(size));
+    auto receiver = ctx->createUnboundBuffer(incoming.get(), chunk);
+    with_wire_type(wire, [&](auto zero) {
+      using T = decltype(zero);
+      const auto combine = reduce_fn_as<T>(rop);
+      for (int s = 0; s < size - 1; ++s) {
+        const size_t send_idx = size_t(((rank - s - 1) % size + size) % size);
+        const size_t recv_idx = size_t(((rank - s - 2) % size + size) % size);
+        receiver->recv(left, slot, 0, chunk);
+        sender->send(right, slot, send_idx * chunk, chunk);
+        receiver->waitRecv(timeout);
+        sender->waitSend(timeout);
+        std::byte* into = acc + recv_idx * chunk;
+        combine(into, into, incoming.get(), size_t(n));
+      }
+    });
+    std::memcpy(out, acc + size_t(rank) * chunk, chunk);
   }
 
   void all_to_all(const char*, const void* in, void* out, size_t chunk) override {
