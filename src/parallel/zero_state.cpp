@@ -204,13 +204,12 @@ void ZeroRedundancyOptimizer::load_shards(const std::string& dir) {
               "directory",
               who, dir, worlds.size());
   const int world = *worlds.begin();
+  for (int r = 0; r < world; ++r)
+    DDP_CHECK_T(ValueError, std::filesystem::exists(shard_file(dir, r, world)),
+                "{}: the shard of rank {} of {} is missing ({})", who, r, world,
+                shard_file(dir, r, world));
   std::vector<TensorDict> shards;
-  for (int r = 0; r < world; ++r) {
-    const std::string path = shard_file(dir, r, world);
-    DDP_CHECK_T(ValueError, std::filesystem::exists(path),
-                "{}: the shard of rank {} of {} is missing ({})", who, r, world, path);
-    shards.push_back(io::load_safetensors(path));
-  }
+  for (int r = 0; r < world; ++r) shards.push_back(io::load_safetensors(shard_file(dir, r, world)));
   load_sharded_state_dict(shards);
 }
 
