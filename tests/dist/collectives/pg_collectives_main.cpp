@@ -278,10 +278,10 @@ TEST(ReduceScatter, OpsAndDTypes) {
 }
 
 // Gloo's ring reduce-scatter (Note [Gloo ring reduce-scatter]) with chunks
-// of one element and chunks of many messages' worth.
+// of one element and chunks of several 1 MiB pieces (kRingPieceBytes).
 TEST(ReduceScatter, TinyAndLargeChunks) {
   const int n = pg().size();
-  for (int64_t len : {int64_t(1), int64_t(3), int64_t(100003)})
+  for (int64_t len : {int64_t(1), int64_t(3), int64_t(300001)})  // the last: several 1 MiB pieces
     for (DType d : {DType::f32, DType::f64, DType::i64}) {
       Tensors ins;
       for (int j = 0; j < n; ++j) ins.push_back(make(d, len, pg().rank(), j));
