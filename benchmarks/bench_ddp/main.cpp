@@ -21,6 +21,7 @@
 #include <exception>
 #include <fstream>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "common/monitoring.h"
 #include "common/metrics.h"
 #include "ddp/io/json.h"
+#include "ddp/parallel/zero.h"
 #include "ddp/dist/init.h"
 #include "ddp/optim/sgd.h"
 #include "ddp/parallel/distributed.h"
@@ -168,6 +170,27 @@ int run(const Options& o) {
   ddp::optim::SGD opt_ddp(wrapped.module->parameters(), 0.01, {.momentum = 0.9});
   Batch batch = make_batch(o, world.rank());
 
+  // --zero1: a third copy under DDP + ZeRO-1 (ddp/parallel/zero.h), whose
+  // buckets must stay put (rebuild_buckets = false).
+  std::optional<BenchModel> zeroed;
+  std::shared_ptr<ddp::parallel::DistributedDataParallel<ddp::nn::UnaryModule>> zero_model;
+  std::unique_ptr<ddp::parallel::ZeroRedundancyOptimizer> opt_zero;
+  std::function<void()> step_zero = [] {};
+  if (o.zero1) {
+    zeroed = make_bench_model(o);
+    ddp::parallel::DDPOptions zopts = dopts;
+    zopts.rebuild_buckets = false;
+    zero_model = std::make_shared<ddp::parallel::DistributedDataParallel<ddp::nn::UnaryModule>>(
+        zeroed->module, group, zopts);
+    opt_zero = std::make_unique<ddp::parallel::ZeroRedundancyOptimizer>(
+        *zero_model, ddp::parallel::zero_sgd(0.01, {.momentum = 0.9}));
+    step_zero = [&] {
+      zeroed->loss(zero_model->forward(batch.x), batch.y).backward();
+      opt_zero->step();
+      opt_zero->zero_grad();
+    };
+  }
+
   Clock::time_point bw_start, bw_end, bw_start_ddp, bw_end_ddp;
   auto step_plain = [&] {
     plain.loss(plain.module->forward(batch.x), batch.y).backward();
@@ -220,10 +243,13 @@ int run(const Options& o) {
   }
   // One DDP step first, so the buckets are rebuilt and their sizes known.
   step_synced();
+  step_zero();
   std::vector<size_t> bucket_bytes;
   for (const auto& b : ddp_model->reducer().last_timeline()) bucket_bytes.push_back(b.bytes);
-  std::vector<std::vector<double>> rounds = time_interleaved(
-      o, *group, {step_plain, step_synced, step_no_sync, allreduce_all(o, *group, bucket_bytes, plain.dtype)});
+  std::vector<std::function<void()>> modes = {
+      step_plain, step_synced, step_no_sync, allreduce_all(o, *group, bucket_bytes, plain.dtype)};
+  if (o.zero1) modes.push_back(step_zero);
+  std::vector<std::vector<double>> rounds = time_interleaved(o, *group, modes);
   const Stats plain_t = stats_of(rounds[0]), ddp_t = stats_of(rounds[1]),
               no_sync_t = stats_of(rounds[2]), ar_t = stats_of(rounds[3]);
   // The last mode of each round is the allreduce; the trace shows the last
@@ -249,6 +275,16 @@ int run(const Options& o) {
     fmt::print("# buckets: {}; exposed communication {:.5f} s; hidden fraction {:.3f}; DDP step "
                "vs plain {:+.1f}%\n",
                bucket_bytes.size(), exposed, hidden, 100 * overhead);
+    if (o.zero1) {
+      const Stats zero_t = stats_of(rounds[4]);
+      row("zero1", zero_t);
+      const double plain_state = double(ddp::parallel::optimizer_state_bytes(opt_ddp));
+      fmt::print("# zero1: step vs ddp {:+.1f}% (paired median); optimizer state {} of plain's "
+                 "{} bytes on rank 0 ({:.3f}x)\n",
+                 100 * paired_median(rounds[4], rounds[1]) / ddp_t.median,
+                 opt_zero->state_bytes(), plain_state,
+                 double(opt_zero->state_bytes()) / plain_state);
+    }
     fmt::print("# backward's wait after its last gradient (median): {:.5f} s, i.e. {:.3f} of the "
                "allreduce hidden by the timeline\n",
                tail_wait, hidden_timeline);

@@ -25,6 +25,8 @@ constexpr const char* kUsage = R"(usage: bench_ddp [options]
                           FILE.rankR per rank when there are several)
   --metrics-port PORT     serve Prometheus metrics at /metrics on PORT + local rank
   --job-name NAME         the metrics' job label (default bench_ddp)
+  --zero1                 also time ZeRO-1 (DDP + ZeroRedundancyOptimizer, SGD with
+                          momentum) and report its optimizer-state bytes vs plain
   --help
 )";
 
@@ -66,6 +68,7 @@ Options parse_options(int argc, char** argv) {
   args.add_string("--trace", &o.trace_path, "");
   args.add_int("--metrics-port", &metrics_port, "", 1);
   args.add_string("--job-name", &o.job_name, "");
+  args.add_flag("--zero1", &o.zero1, "");
   args.parse(argc, argv);
   if (metrics_port > 65535) args.fail(fmt::format("--metrics-port: {} is above 65535", metrics_port));
   if (args.given("--job-name") && !args.given("--metrics-port"))

@@ -24,6 +24,7 @@ struct Options {
   std::string json_path, trace_path;
   int metrics_port = 0;            // 0: off; rank r serves PORT + local rank
   std::string job_name;            // the metrics' job label; empty: bench_ddp
+  bool zero1 = false;              // also time DDP + ZeroRedundancyOptimizer (SGD)
 };
 
 // Raises UsageExit on --help or a bad command line (See Note [Usage errors exit 2]).

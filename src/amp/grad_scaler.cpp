@@ -81,6 +81,9 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
         optim::multi_tensor::mul_(grads, inv_scale, /*check_finite=*/true) || state.found_inf;
     state.checked = true;
   }
+  // A sharded optimizer ORs the flag across ranks (Note [ZeRO-1 with
+  // GradScaler and clipping]), so that every rank skips alike.
+  state.found_inf = opt.found_inf_anywhere(state.found_inf);
   state.stage = Stage::kUnscaled;
 }
 

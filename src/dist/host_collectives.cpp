@@ -48,15 +48,60 @@ WorkPtr HostProcessGroup::do_reduce(Tensors& tensors, int root, ReduceOp op) {
   return reduce_coalesced(transport(), "reduce", tensors, op, root);
 }
 
-// One call per tensor, in place: broadcast needs no arithmetic, so packing
-// several tensors would only add copies.
+// Note [Coalesced broadcast]
+// Broadcasting many small tensors (BatchNorm buffers at every forward, a
+// model's parameters at construction) one by one pays the transport's
+// latency per tensor. Runs of small tensors (each at most kSmallTensorBytes)
+// are packed into one flat buffer of at most kCoalescedBytes and sent in one
+// call; a large tensor goes on its own, in place, since packing it would
+// only add two copies. Every rank sees the same shapes, so all ranks cut the
+// same packs.
+constexpr size_t kSmallTensorBytes = size_t(64) << 10;
+constexpr size_t kCoalescedBytes = size_t(4) << 20;
+
 WorkPtr HostProcessGroup::do_broadcast(Tensors& tensors, int root) {
   HostTransport& t = transport();
-  auto staged = stage_all(tensors, t.transport_rank() == root);
-  return t.submit("broadcast", tensors, [&t, staged, root] {
-    for (const Staged& s : staged)
-      if (s.host.nbytes() > 0) t.broadcast("broadcast", s.host.data_ptr(), s.host.nbytes(), root);
-    if (t.transport_rank() != root)
+  const bool is_root = t.transport_rank() == root;
+  auto staged = stage_all(tensors, is_root);
+  return t.submit("broadcast", tensors, [&t, staged, root, is_root] {
+    std::vector<std::byte> pack;
+    size_t first = 0;  // the first tensor of the pack being built
+    auto flush = [&](size_t end) {
+      if (first < end && !pack.empty()) {
+        if (end - first == 1) {
+          const Staged& s = staged[first];
+          t.broadcast("broadcast", s.host.data_ptr(), s.host.nbytes(), root);
+        } else {
+          t.broadcast("broadcast", pack.data(), pack.size(), root);
+          if (!is_root) {
+            size_t at = 0;
+            for (size_t k = first; k < end; ++k) {
+              const size_t n = staged[k].host.nbytes();
+              std::memcpy(staged[k].host.data_ptr(), pack.data() + at, n);
+              at += n;
+            }
+          }
+        }
+      }
+      pack.clear();
+      first = end;
+    };
+    for (size_t k = 0; k < staged.size(); ++k) {
+      const Tensor& h = staged[k].host;
+      const size_t n = h.nbytes();
+      if (n > kSmallTensorBytes) {
+        flush(k);
+        if (n > 0) t.broadcast("broadcast", h.data_ptr(), n, root);
+        first = k + 1;
+        continue;
+      }
+      if (pack.size() + n > kCoalescedBytes) flush(k);
+      const size_t at = pack.size();
+      pack.resize(at + n);
+      if (is_root && n > 0) std::memcpy(pack.data() + at, h.data_ptr(), n);
+    }
+    flush(staged.size());
+    if (!is_root)
       for (const Staged& s : staged) unstage(s);
   });
 }

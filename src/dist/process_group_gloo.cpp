@@ -127,6 +127,10 @@ void with_wire_type(DType wire, F&& fn) {
 // The slot of point-to-point messages: a prefix no Gloo collective uses,
 // then the user's tag, so both sides agree without talking.
 constexpr uint64_t kP2PSlotPrefix = uint64_t(0x80) << 56;
+// The slot of the ring reduce-scatter's messages (Note [Gloo ring
+// reduce-scatter]), then the collective's sequence tag.
+constexpr uint64_t kRingSlotPrefix = uint64_t(0x81) << 56;
+constexpr size_t kRingPieceBytes = size_t(1) << 20;
 
 // The host the store's clients connect to (through any PrefixStores): the
 // default peer for Note [Gloo address] when no master_addr is given.
@@ -288,20 +292,73 @@ struct ProcessGroupGloo::Impl final : HostTransport {
     gloo::allgather(o);
   }
 
-  // Gloo has no general reduce-scatter: allreduce every rank's inputs, packed
-  // as one wire buffer, and keep our chunk. It moves size() times the data of
-  // a true reduce-scatter, which is acceptable for a CPU test backend.
-  void reduce_scatter(const char* op, DType wire, void* in, bool in_is_scratch, void* out,
-                      int64_t n, ReduceOp rop) override {
+  // Note [Gloo ring reduce-scatter]
+  // The installed Gloo offers reduce-scatter only as an old-style algorithm
+  // object (ReduceScatterHalvingDoubling) that registers its own buffers per
+  // instance, so it is run as a ring over unbound buffers instead: in step s
+  // (of size - 1) every rank sends its partial sum of chunk (rank - s - 1) to
+  // its right neighbour, and adds its own input of chunk (rank - s - 2) to the
+  // partial sum of that chunk it receives from its left one; after the last
+  // step it holds the reduction of chunk `rank` over all ranks. Each rank
+  // sends and receives (size - 1) chunks, (size - 1) / size of the input,
+  // where the allreduce that stood in for it before moved about twice the
+  // whole input.
+  void reduce_scatter(const char*, DType wire, void* in, bool, void* out, int64_t n,
+                      ReduceOp rop) override {
     const size_t chunk = size_t(n) * element_size(wire);
-    std::unique_ptr<std::byte[]> copy;
-    if (!in_is_scratch) {
-      copy = std::make_unique_for_overwrite<std::byte[]>(chunk * size_t(size));
-      std::memcpy(copy.get(), in, chunk * size_t(size));
-      in = copy.get();
+    const auto* input = static_cast<const std::byte*>(in);
+    if (!ctx || size == 1) {
+      std::memcpy(out, input + size_t(rank) * chunk, chunk);
+      return;
     }
-    reduce(op, wire, in, n * size, rop, -1);
-    std::memcpy(out, static_cast<std::byte*>(in) + size_t(rank) * chunk, chunk);
+    if (n == 0) return;
+    const int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    // Each step's chunk travels in pieces of at most kRingPieceBytes, each on
+    // its own slot and receive buffer, so that adding one piece overlaps
+    // receiving the next. The input is only read: the partial sums live in
+    // two chunk-sized buffers (the one being sent, the one being built), and
+    // the last step builds straight into out.
+    const size_t esize = element_size(wire);
+    const size_t piece = std::max(esize, kRingPieceBytes / esize * esize);
+    const size_t pieces = (chunk + piece - 1) / piece;
+    const uint64_t base_slot = kRingSlotPrefix | uint64_t(tag());
+    auto incoming = std::make_unique_for_overwrite<std::byte[]>(chunk);
+    std::unique_ptr<std::byte[]> partial[2];
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> receivers;
+    for (size_t j = 0; j < pieces; ++j)
+      receivers.push_back(ctx->createUnboundBuffer(incoming.get() + j * piece,
+                                                   std::min(piece, chunk - j * piece)));
+    with_wire_type(wire, [&](auto zero) {
+      using T = decltype(zero);
+      const auto combine = reduce_fn_as<T>(rop);
+      std::byte* sending = const_cast<std::byte*>(input) +
+                           size_t((rank + size - 1) % size) * chunk;  // step 0: our own chunk
+      for (int s = 0; s < size - 1; ++s) {
+        const size_t recv_idx = size_t(((rank - s - 2) % size + size) % size);
+        const bool last = s == size - 2;
+        std::byte* building = static_cast<std::byte*>(out);
+        if (!last) {
+          if (!partial[s % 2]) partial[s % 2] = std::make_unique_for_overwrite<std::byte[]>(chunk);
+          building = partial[s % 2].get();
+        }
+        // Slots differ per step and piece (bits 32..55 below the prefix).
+        auto slot = [&](size_t j) {
+          return base_slot | ((uint64_t(s) * pieces + j) & 0xFFFFFF) << 32;
+        };
+        auto sender = ctx->createUnboundBuffer(sending, chunk);
+        for (size_t j = 0; j < pieces; ++j) receivers[j]->recv(left, slot(j));
+        for (size_t j = 0; j < pieces; ++j)
+          sender->send(right, slot(j), j * piece, std::min(piece, chunk - j * piece));
+        for (size_t j = 0; j < pieces; ++j) {
+          receivers[j]->waitRecv(timeout);
+          const size_t at = j * piece, len = std::min(piece, chunk - at);
+          combine(building + at, input + recv_idx * chunk + at, incoming.get() + at,
+                  len / esize);
+        }
+        for (size_t j = 0; j < pieces; ++j) sender->waitSend(timeout);
+        sending = building;
+      }
+    });
   }
 
   void all_to_all(const char*, const void* in, void* out, size_t chunk) override {

@@ -141,6 +141,7 @@ void DistributedDataParallelBase::broadcast_from(const Tensors& tensors, int roo
 }
 
 void DistributedDataParallelBase::pre_forward() {
+  for (const auto& hook : forward_pre_hooks_) hook();
   if (!autograd::grad_enabled()) return;
   int buffer_root = 0;
   if (join_) {

@@ -81,6 +81,12 @@ class Optimizer {
   // first step.
   const TensorDict& state(size_t i) const { return state_.at(i); }
 
+  // GradScaler's inf/NaN flag for this optimizer's gradients, as seen on
+  // this rank, made the same on every rank. An optimizer that sees only a
+  // shard of the gradients (ZeRO-1, ddp/parallel/zero.h) ORs it across
+  // ranks (a collective); the default returns it as it is.
+  virtual bool found_inf_anywhere(bool local_found_inf) { return local_found_inf; }
+
  protected:
   // Validates the groups: each non-empty, lr >= 0 and weight_decay >= 0
   // (after filling in the defaults), every parameter a floating leaf that

@@ -21,6 +21,7 @@
 // parameter names, shapes and dtypes, checked), and afterwards all ranks
 // hold rank 0's parameters and buffers.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -91,6 +92,13 @@ class DistributedDataParallelBase {
   // the first backward, with the same hook on every rank.
   void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
 
+  // Runs fn at the start of every forward (training or evaluation), before
+  // DDP's own work; hooks run in registration order. ZeRO-1 waits there for
+  // the parameters it all-gathers (ddp/parallel/zero.h).
+  void register_forward_pre_hook(std::function<void()> fn) {
+    forward_pre_hooks_.push_back(std::move(fn));
+  }
+
   // Gradient accumulation: backward passes whose forward ran inside the
   // scope only accumulate into .grad locally; the first backward after it
   // (its forward outside the scope) averages the accumulated sum.
@@ -145,6 +153,7 @@ class DistributedDataParallelBase {
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<BucketAutoTuner> tuner_;  // options_.auto_bucket_size
   Tensors buffers_;
+  std::vector<std::function<void()>> forward_pre_hooks_;
   bool sync_ = true;
   Join* join_ = nullptr;
   // Note [Join]: SyncBatchNorm's collectives in this rank's iteration.

@@ -277,6 +277,44 @@ TEST(ReduceScatter, OpsAndDTypes) {
   }
 }
 
+// Gloo's ring reduce-scatter (Note [Gloo ring reduce-scatter]) with chunks
+// of one element and chunks of several 1 MiB pieces (kRingPieceBytes).
+TEST(ReduceScatter, TinyAndLargeChunks) {
+  const int n = pg().size();
+  for (int64_t len : {int64_t(1), int64_t(3), int64_t(300001)})  // the last: several 1 MiB pieces
+    for (DType d : {DType::f32, DType::f64, DType::i64}) {
+      Tensors ins;
+      for (int j = 0; j < n; ++j) ins.push_back(make(d, len, pg().rank(), j));
+      Tensor out = Tensor::zeros({len}, TensorOptions(d));
+      pg().reduce_scatter(out, ins, ReduceOp::sum)->wait(kWait);
+      expect_equal(out, expected_reduce(d, len, ReduceOp::sum, pg().rank()),
+                   "reduce_scatter " + name(d, ReduceOp::sum, len));
+      for (int j = 0; j < n; ++j)
+        expect_equal(ins[size_t(j)], make(d, len, pg().rank(), j), "reduce_scatter input kept");
+    }
+}
+
+// Note [Coalesced broadcast]: many small tensors of several dtypes, more
+// than one pack's worth, with large ones and empty ones between them.
+TEST(Broadcast, ManySmallTensorsCoalesced) {
+  for (int root : {0, pg().size() - 1}) {
+    Tensors ts;
+    std::vector<std::pair<DType, int64_t>> layout;
+    for (int k = 0; k < 150; ++k) {
+      const DType d = k % 3 == 0 ? DType::f32 : (k % 3 == 1 ? DType::i64 : DType::u8);
+      // 8000 elements (up to 64,000 bytes) each: well over 4 MiB in all.
+      int64_t len = k % 10 == 9 ? 0 : 8000 - k;
+      if (k == 40 || k == 100) len = 300000;  // large: sent on its own
+      layout.push_back({d, len});
+      ts.push_back(make(d, len, pg().rank(), k));
+    }
+    pg().broadcast(ts, root)->wait(kWait);
+    for (size_t k = 0; k < ts.size(); ++k)
+      expect_equal(ts[k], make(layout[k].first, layout[k].second, root, int(k)),
+                   "coalesced broadcast tensor " + std::to_string(k));
+  }
+}
+
 TEST(AllToAll, OutOfPlaceAndInPlace) {
   const int n = pg().size(), rows = 3, cols = 2;
   // Element (chunk j, k) on rank r is r*1000 + j*10 + k: chunk j goes to rank j.

@@ -1,0 +1,148 @@
+#pragma once
+// ZeRO-1 inside DistributedDataParallel: a sharded optimizer (the idea of
+// torch's ZeroRedundancyOptimizer, DeepSpeed's stage 1 and Megatron's
+// distributed optimizer), overlapped with backward.
+//
+//   DDPOptions o;  o.rebuild_buckets = false;          // the shards follow the buckets
+//   DistributedDataParallel ddp_model(model, world.group, o);
+//   parallel::ZeroRedundancyOptimizer opt(ddp_model, parallel::zero_adamw(1e-3, {}));
+//   for (...) {
+//     Tensor loss = loss_fn(ddp_model(x), y);   // waits for the parameters
+//     loss.backward();                           // reduce-scatters each bucket
+//     opt.clip_grad_norm_(1.0);                  // optional: the global norm
+//     opt.step();                                // steps the shard, all-gathers
+//     opt.zero_grad();
+//   }
+//
+// Note [ZeRO-1 shards]
+// Each gradient bucket of the Reducer (Note [Gradient buckets]) is a flat
+// buffer of B elements. Padded to a multiple of the world size N it splits
+// into N chunks of c = ceil(B / N); rank r owns chunk r of every bucket. A
+// communication hook replaces the bucket's allreduce by a reduce-scatter, so
+// as each bucket becomes ready during backward its averaged chunk lands on
+// its owner (half the bytes of an allreduce leave each rank). The chunk
+// covers pieces ("segments") of one or more parameters; each segment is a
+// flat view of the parameter's own memory, and a local SGD or AdamW steps
+// exactly those segments with the fused multi-tensor step, so optimizer
+// state exists for 1/N of the elements only. The updated chunks are then
+// all-gathered per bucket, asynchronously, into the bucket's buffer (or a
+// padded scratch when N does not divide B) and copied into the parameters
+// when the next forward starts (a forward pre-hook of DDP) or when
+// synchronize_parameters() is called. Every element of a parameter gets the
+// same update on its owner as plain DDP would make, so the trajectory equals
+// plain DDP's up to the rounding of the averaged gradient.
+//
+// Because the shards follow the buckets, the buckets must not change: the
+// wrapped DDP must run with rebuild_buckets = false (and without
+// find_unused_parameters, whose undefined gradients a shard cannot express).
+// After backward the model's own .grad hold nothing useful (they are zeroed
+// at the next forward); the averaged gradients are the shard's
+// (param_groups()[0].params[k].grad()).
+//
+// Note [ZeRO-1 with GradScaler and clipping]
+// A GradScaler unscales only this rank's shard, so it would decide alone
+// whether to skip the step; found_inf_anywhere() (an Optimizer hook that the
+// scaler calls) ORs the flag across ranks, so all ranks skip together.
+// clip_grad_norm_() sums |g|^p over the shard and allreduces the sum (max
+// for p = inf), so every rank clips with the global norm of plain DDP.
+//
+// Note [ZeRO-1 checkpoints]
+// sharded_state_dict() holds this rank's optimizer state in the layout of
+// the local optimizer, keyed by segment, plus where each segment lies
+// (zero.segments: parameter number, offset, length) and the parameter sizes.
+// load_sharded_state_dict() takes the shards of all ranks of the saving job,
+// at any world size: it reassembles each parameter's state, checks that
+// every element is covered exactly once, and keeps the pieces of its own
+// segments, so a job saved at 2 ranks resumes at 3 or 4.
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/optim/adamw.h"
+#include "ddp/optim/optimizer.h"
+#include "ddp/optim/sgd.h"
+#include "ddp/parallel/distributed.h"
+
+namespace ddp::parallel {
+
+struct ZeroShared;
+
+// Builds the optimizer that steps one rank's shard, over the groups given
+// (one group of flat parameter segments). Only SGD and AdamW are supported:
+// their update is elementwise, so stepping a piece of a parameter is the
+// same as stepping the whole.
+using LocalOptimizerFactory =
+    std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)>;
+LocalOptimizerFactory zero_sgd(double lr, optim::SGDOptions options = {});
+LocalOptimizerFactory zero_adamw(double lr = 1e-3, optim::AdamWOptions options = {});
+
+// One piece of a parameter owned by this rank.
+struct ZeroSegment {
+  size_t param = 0;    // index among the DDP's trainable parameters
+  int64_t offset = 0;  // first element, in the flattened parameter
+  int64_t length = 0;
+  size_t bucket = 0;        // the bucket it lies in
+  int64_t chunk_offset = 0;  // its position in this rank's chunk of the bucket
+};
+
+class ZeroRedundancyOptimizer : public optim::Optimizer {
+ public:
+  // Registers a communication hook and a forward pre-hook on ddp (which must
+  // outlive the optimizer's use). ValueError: rebuild_buckets or
+  // find_unused_parameters on, a
+  // factory that builds anything but SGD or AdamW, or a rank whose shard is
+  // empty (a model smaller than the world size). It replaces any comm hook
+  // registered before.
+  template <class M>
+  ZeroRedundancyOptimizer(DistributedDataParallel<M>& ddp, LocalOptimizerFactory make_local)
+      : ZeroRedundancyOptimizer(ddp, trainable_parameters(ddp.module()), std::move(make_local)) {}
+  ~ZeroRedundancyOptimizer() override;
+
+  // Waits for the all-gather started by the last step() and copies the
+  // updated parameters into the model. The next forward does it on its own.
+  void synchronize_parameters();
+
+  // The global gradient norm across all shards (see Note [ZeRO-1 with
+  // GradScaler and clipping]); the same arguments and result as
+  // optim::clip_grad_norm_ over the whole model under plain DDP. A collective.
+  double clip_grad_norm_(double max_norm, double norm_type = 2.0);
+
+  // See Note [ZeRO-1 checkpoints].
+  TensorDict sharded_state_dict() const;
+  void load_sharded_state_dict(const std::vector<TensorDict>& shards);
+  // Files: <dir>/zero_shard_<rank>_of_<world>.safetensors, one per rank.
+  void save_shard(const std::string& dir) const;
+  // Reads every shard file of the one world size found in dir.
+  void load_shards(const std::string& dir);
+
+  const std::vector<ZeroSegment>& segments() const;
+  // Bytes of optimizer state (momentum, moments, step counts) on this rank.
+  size_t state_bytes() const;
+  optim::Optimizer& local_optimizer();
+
+  bool found_inf_anywhere(bool local_found_inf) override;
+
+ protected:
+  void update_group(const optim::ParamGroup& group, const Tensors& params, const Tensors& grads,
+                    const std::vector<TensorDict*>& states) override;
+  TensorDict options_state() const override;
+  void load_options(const TensorDict& options) override;
+  std::vector<std::string> state_names() const override;
+
+ private:
+  ZeroRedundancyOptimizer(DistributedDataParallelBase& ddp, Tensors params,
+                          LocalOptimizerFactory make_local);
+  ZeroRedundancyOptimizer(std::shared_ptr<ZeroShared> shared, LocalOptimizerFactory make_local);
+  static Tensors trainable_parameters(nn::Module& module);
+  Device segments_device() const;
+
+  std::shared_ptr<ZeroShared> shared_;  // also held by the hooks
+  std::unique_ptr<optim::Optimizer> local_;
+};
+
+// Optimizer-state bytes of any optimizer (for comparing plain with ZeRO).
+size_t optimizer_state_bytes(const optim::Optimizer& opt);
+
+}  // namespace ddp::parallel

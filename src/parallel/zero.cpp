@@ -1,0 +1,278 @@
+// ZeroRedundancyOptimizer: the shard layout, the reduce-scatter hook, the
+// shard step and the parameter all-gather. See Note [ZeRO-1 shards] in
+// ddp/parallel/zero.h; the checkpoints are in zero_state.cpp.
+
+#include "ddp/parallel/zero.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "ddp/autograd/grad_mode.h"
+#include "ddp/core/error.h"
+#include "optim/foreach.h"
+#include "parallel/zero_shared.h"
+
+namespace ddp::parallel {
+
+LocalOptimizerFactory zero_sgd(double lr, optim::SGDOptions options) {
+  return [lr, options](std::vector<optim::ParamGroup> groups) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::SGD>(std::move(groups), lr, options);
+  };
+}
+
+LocalOptimizerFactory zero_adamw(double lr, optim::AdamWOptions options) {
+  return [lr, options](std::vector<optim::ParamGroup> groups) -> std::unique_ptr<optim::Optimizer> {
+    return std::make_unique<optim::AdamW>(std::move(groups), lr, options);
+  };
+}
+
+size_t optimizer_state_bytes(const optim::Optimizer& opt) {
+  size_t count = 0, bytes = 0;
+  for (const auto& g : opt.param_groups()) count += g.params.size();
+  for (size_t i = 0; i < count; ++i)
+    for (const auto& [name, t] : opt.state(i)) bytes += t.nbytes();
+  return bytes;
+}
+
+// ---- the layout ----------------------------------------------------------
+
+ZeroShared::ZeroShared(DistributedDataParallelBase& ddp, Tensors model_params)
+    : group(&ddp.group()), rank(ddp.group().rank()), world(ddp.group().size()),
+      params(std::move(model_params)) {
+  const char* who = "ZeroRedundancyOptimizer";
+  DDP_CHECK_T(ValueError, !ddp.options().rebuild_buckets,
+              "{}: the wrapped DistributedDataParallel must use rebuild_buckets = false (the "
+              "shards follow the buckets, which a rebuild would move; Note [ZeRO-1 shards])",
+              who);
+  DDP_CHECK_T(ValueError, !ddp.options().find_unused_parameters,
+              "{}: find_unused_parameters is not supported (a shard cannot leave one "
+              "parameter's gradient undefined)",
+              who);
+  const auto assignment = ddp.reducer().bucket_assignment();
+  NoGradGuard no_grad;
+  for (size_t b = 0; b < assignment.size(); ++b) {
+    BucketShard s;
+    int64_t offset = 0;
+    for (size_t i : assignment[b]) {
+      DDP_CHECK_T(ValueError, i < params.size(),
+                  "{}: the reducer names parameter {} but the model has {} trainable ones", who,
+                  i, params.size());
+      DDP_CHECK_T(ValueError, params[i].is_contiguous(),
+                  "{}: parameter {} ({}) is not contiguous", who, i, params[i].describe());
+      s.params.push_back(i);
+      s.offsets.push_back(offset);
+      offset += params[i].numel();
+    }
+    s.numel = offset;
+    s.chunk = (offset + world - 1) / world;
+    const Tensor& first = params[assignment[b].front()];
+    const TensorOptions like = TensorOptions(first.dtype()).device(first.device());
+    s.grad_chunk = Tensor::zeros({s.chunk}, like);
+    s.send = Tensor::zeros({s.chunk}, like);
+    if (s.chunk * world != s.numel) s.scratch = Tensor::zeros({s.chunk * world}, like);
+    const int64_t lo = rank * s.chunk, hi = std::min(lo + s.chunk, s.numel);
+    for (size_t k = 0; k < s.params.size(); ++k) {
+      const int64_t p_lo = s.offsets[k], p_hi = p_lo + params[s.params[k]].numel();
+      const int64_t a = std::max(lo, p_lo), e = std::min(hi, p_hi);
+      if (a >= e) continue;
+      ZeroSegment seg{s.params[k], a - p_lo, e - a, b, a - lo};
+      Tensor view = params[seg.param].detach().view({-1}).narrow(0, seg.offset, seg.length);
+      view.set_requires_grad(true);
+      segments.push_back(seg);
+      segment_params.push_back(view);
+    }
+    buckets.push_back(std::move(s));
+  }
+  DDP_CHECK_T(ValueError, !segments.empty(),
+              "{}: rank {} of {} owns no element of the model's {} gradient buckets (the model "
+              "is smaller than the world size); use plain DDP",
+              who, rank, world, buckets.size());
+}
+
+// Note [ZeRO-1 shards]: the bucket's averaged chunk goes to its owner.
+BucketWork ZeroShared::reduce_scatter_hook(dist::ProcessGroup& g, GradBucket& bucket) {
+  DDP_CHECK_T(ValueError, bucket.index >= 0 && size_t(bucket.index) < buckets.size(),
+              "ZeroRedundancyOptimizer: bucket {} is not one of the {} buckets it was built for",
+              bucket.index, buckets.size());
+  BucketShard& s = buckets[size_t(bucket.index)];
+  DDP_CHECK_T(ValueError, bucket.buffer.numel() == s.numel,
+              "ZeroRedundancyOptimizer: bucket {} holds {} elements, but the shards were laid out "
+              "for {}; were the buckets rebuilt?",
+              bucket.index, bucket.buffer.numel(), s.numel);
+  s.buffer = bucket.buffer;
+  Tensor comm = s.buffer;
+  if (s.scratch.defined()) {
+    NoGradGuard no_grad;
+    s.scratch.narrow(0, 0, s.numel).copy_(s.buffer);
+    // The padding is zero: nothing else writes past numel except the
+    // all-gather, whose padding comes from the zero tail of a send buffer.
+    comm = s.scratch;
+  }
+  Tensors inputs;
+  for (int r = 0; r < world; ++r) inputs.push_back(comm.narrow(0, r * s.chunk, s.chunk));
+  dist::WorkPtr work = g.reduce_scatter(s.grad_chunk, inputs, dist::ReduceOp::avg);
+  const size_t b = size_t(bucket.index);
+  return BucketWork{std::move(work), [this, b]() {
+                      const BucketShard& done = buckets[b];
+                      for (size_t k = 0; k < segments.size(); ++k) {
+                        const ZeroSegment& seg = segments[k];
+                        if (seg.bucket != b) continue;
+                        segment_params[k].set_grad(
+                            done.grad_chunk.narrow(0, seg.chunk_offset, seg.length));
+                      }
+                      clear_grads_due = true;
+                    }};
+}
+
+void ZeroShared::launch_all_gather() {
+  NoGradGuard no_grad;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const ZeroSegment& seg = segments[k];
+    buckets[seg.bucket].send.narrow(0, seg.chunk_offset, seg.length).copy_(segment_params[k]);
+  }
+  for (BucketShard& s : buckets) {
+    DDP_CHECK_T(ValueError, s.buffer.defined() || s.scratch.defined(),
+                "ZeroRedundancyOptimizer.step: no backward has run through DDP yet");
+    Tensor target = s.scratch.defined() ? s.scratch : s.buffer;
+    Tensors outputs;
+    for (int r = 0; r < world; ++r) outputs.push_back(target.narrow(0, r * s.chunk, s.chunk));
+    s.gather = group->allgather(outputs, s.send);
+  }
+  gather_pending = true;
+}
+
+void ZeroShared::finish_all_gather() {
+  NoGradGuard no_grad;
+  if (gather_pending) {
+    gather_pending = false;
+    for (BucketShard& s : buckets) {
+      dist::WorkPtr work = std::move(s.gather);
+      work->wait(group->timeout());
+      const Tensor& from = s.scratch.defined() ? s.scratch : s.buffer;
+      for (size_t k = 0; k < s.params.size(); ++k) {
+        Tensor p = params[s.params[k]].detach().view({-1});
+        p.copy_(from.narrow(0, s.offsets[k], p.numel()));
+      }
+    }
+  }
+  // The model's .grad are the bucket buffers: start the next accumulation
+  // from zero, as a zero_grad() of plain DDP would.
+  if (clear_grads_due) {
+    clear_grads_due = false;
+    for (BucketShard& s : buckets)
+      if (s.buffer.defined()) s.buffer.zero_();
+  }
+}
+
+// ---- the optimizer -------------------------------------------------------
+
+Tensors ZeroRedundancyOptimizer::trainable_parameters(nn::Module& module) {
+  Tensors out;
+  for (const auto& [name, p] : module.named_parameters())
+    if (p.requires_grad()) out.push_back(p);
+  return out;
+}
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallelBase& ddp, Tensors params,
+                                                 LocalOptimizerFactory make_local)
+    : ZeroRedundancyOptimizer(std::make_shared<ZeroShared>(ddp, std::move(params)),
+                              std::move(make_local)) {
+  std::shared_ptr<ZeroShared> shared = shared_;
+  ddp.register_comm_hook([shared](dist::ProcessGroup& g, GradBucket& b) {
+    return shared->reduce_scatter_hook(g, b);
+  });
+  ddp.register_forward_pre_hook([shared]() { shared->finish_all_gather(); });
+}
+
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::shared_ptr<ZeroShared> shared,
+                                                 LocalOptimizerFactory make_local)
+    : Optimizer("ZeroRedundancyOptimizer", {optim::ParamGroup{shared->segment_params, 0.0, 0.0}},
+                0.0, 0.0),
+      shared_(std::move(shared)) {
+  DDP_CHECK_T(ValueError, make_local != nullptr,
+              "ZeroRedundancyOptimizer: no local optimizer factory given (use zero_sgd or "
+              "zero_adamw)");
+  local_ = make_local({optim::ParamGroup{shared_->segment_params, {}, {}}});
+  DDP_CHECK_T(ValueError, local_ != nullptr, "ZeroRedundancyOptimizer: the factory built nothing");
+  DDP_CHECK_T(ValueError, local_->name() == "SGD" || local_->name() == "AdamW",
+              "ZeroRedundancyOptimizer: unsupported optimizer '{}'; only SGD and AdamW (whose "
+              "update is elementwise) can step a shard",
+              local_->name());
+  DDP_CHECK_T(ValueError, local_->param_groups().size() == 1,
+              "ZeroRedundancyOptimizer: the local optimizer must have one parameter group, got {}",
+              local_->param_groups().size());
+  param_groups()[0].lr = local_->param_groups()[0].lr;
+  param_groups()[0].weight_decay = local_->param_groups()[0].weight_decay;
+}
+
+ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
+
+void ZeroRedundancyOptimizer::synchronize_parameters() { shared_->finish_all_gather(); }
+
+const std::vector<ZeroSegment>& ZeroRedundancyOptimizer::segments() const {
+  return shared_->segments;
+}
+
+size_t ZeroRedundancyOptimizer::state_bytes() const { return optimizer_state_bytes(*local_); }
+
+optim::Optimizer& ZeroRedundancyOptimizer::local_optimizer() { return *local_; }
+
+void ZeroRedundancyOptimizer::update_group(const optim::ParamGroup& group, const Tensors&,
+                                           const Tensors&, const std::vector<TensorDict*>&) {
+  // A scheduler changes this optimizer's group; the local one follows.
+  local_->param_groups()[0].lr = group.lr;
+  local_->param_groups()[0].weight_decay = group.weight_decay;
+  local_->step();
+  shared_->launch_all_gather();
+}
+
+// Note [ZeRO-1 with GradScaler and clipping]
+bool ZeroRedundancyOptimizer::found_inf_anywhere(bool local_found_inf) {
+  dist::ProcessGroup& g = *shared_->group;
+  const Device on = dist::control_device(g, segments_device());
+  Tensor flag = Tensor::full({1}, local_found_inf ? 1.0 : 0.0, TensorOptions(DType::f64)).to(on);
+  g.allreduce({flag}, dist::ReduceOp::max)->wait(g.timeout());
+  return flag.cpu().item<double>() != 0.0;
+}
+
+Device ZeroRedundancyOptimizer::segments_device() const {
+  return shared_->segment_params.front().device();
+}
+
+double ZeroRedundancyOptimizer::clip_grad_norm_(double max_norm, double norm_type) {
+  const char* who = "ZeroRedundancyOptimizer.clip_grad_norm_";
+  DDP_CHECK(max_norm >= 0, "{}: max_norm must be >= 0, got {}", who, max_norm);
+  DDP_CHECK(norm_type > 0, "{}: norm_type must be > 0 (or INFINITY), got {}", who, norm_type);
+  Tensors grads;
+  for (const Tensor& p : shared_->segment_params)
+    if (p.grad().defined()) grads.push_back(p.grad());
+  NoGradGuard no_grad;
+  const double local = grads.empty() ? 0.0 : optim::multi_tensor::pow_sum(grads, norm_type);
+  dist::ProcessGroup& g = *shared_->group;
+  const Device on = dist::control_device(g, segments_device());
+  Tensor t = Tensor::full({1}, local, TensorOptions(DType::f64)).to(on);
+  g.allreduce({t}, std::isfinite(norm_type) ? dist::ReduceOp::sum : dist::ReduceOp::max)
+      ->wait(g.timeout());
+  const double sum = t.cpu().item<double>();
+  double total = sum;
+  if (std::isfinite(norm_type) && norm_type != 1)
+    total = norm_type == 2 ? std::sqrt(sum) : std::pow(sum, 1.0 / norm_type);
+  // The coefficient of optim::clip_grad_norm_, so both clip alike.
+  const double coef = max_norm / (total + 1e-6);
+  const double clamped = coef < 1.0 || std::isnan(coef) ? coef : 1.0;
+  if (clamped != 1.0 && !grads.empty())
+    optim::multi_tensor::mul_(grads, clamped, /*check_finite=*/false);
+  return total;
+}
+
+TensorDict ZeroRedundancyOptimizer::options_state() const { return {}; }
+
+void ZeroRedundancyOptimizer::load_options(const TensorDict&) {
+  DDP_THROW(ValueError,
+            "ZeroRedundancyOptimizer: load_state_dict takes no sharded state; use "
+            "load_sharded_state_dict (or load_shards) with every rank's shard");
+}
+
+std::vector<std::string> ZeroRedundancyOptimizer::state_names() const { return {}; }
+
+}  // namespace ddp::parallel

@@ -1,0 +1,46 @@
+#pragma once
+// The state that ZeroRedundancyOptimizer shares with the hooks it registers
+// on DDP (they may outlive it). Internal to src/parallel; see Note [ZeRO-1
+// shards] in ddp/parallel/zero.h.
+
+#include <vector>
+
+#include "ddp/dist/process_group.h"
+#include "ddp/parallel/zero.h"
+
+namespace ddp::parallel {
+
+struct ZeroShared {
+  // One gradient bucket of the Reducer, and this rank's chunk of it.
+  struct BucketShard {
+    std::vector<size_t> params;    // the parameters, in buffer order
+    std::vector<int64_t> offsets;  // each one's first element in the buffer
+    int64_t numel = 0;             // the buffer's elements
+    int64_t chunk = 0;             // ceil(numel / world)
+    Tensor buffer;      // the Reducer's buffer (the model's .grad), once seen
+    Tensor scratch;     // chunk * world elements, when world does not divide numel
+    Tensor grad_chunk;  // the averaged gradient of this rank's chunk
+    Tensor send;        // this rank's updated parameters, packed for the all-gather
+    dist::WorkPtr gather;
+  };
+
+  ZeroShared(DistributedDataParallelBase& ddp, Tensors model_params);
+
+  BucketWork reduce_scatter_hook(dist::ProcessGroup& g, GradBucket& bucket);
+  // After the shard's step: pack it and start one all-gather per bucket.
+  void launch_all_gather();
+  // Before the next forward: wait, copy into the parameters, clear .grad.
+  void finish_all_gather();
+
+  dist::ProcessGroup* group;  // the DDP's group; DDP outlives the training loop
+  int rank;
+  int world;
+  Tensors params;  // the DDP's trainable parameters, in the Reducer's numbering
+  std::vector<BucketShard> buckets;
+  std::vector<ZeroSegment> segments;  // this rank's, bucket by bucket
+  Tensors segment_params;             // flat leaf views of the parameters, by segment
+  bool gather_pending = false;
+  bool clear_grads_due = false;
+};
+
+}  // namespace ddp::parallel
