@@ -70,6 +70,13 @@ void orthogonalize(Tensor matrix, double epsilon) {
   }
 }
 
+// The uncompressed path: like allreduce_hook, but a sum of pre-divided
+// gradients, as the sum is the one reduction every backend has.
+BucketWork average(dist::ProcessGroup& group, GradBucket& bucket) {
+  bucket.buffer.mul_(1.0 / group.size());
+  return BucketWork{group.allreduce({bucket.buffer}, dist::ReduceOp::sum), {}};
+}
+
 Tensor factor(const Tensor& memory, int64_t offset, int64_t rows, int64_t rank) {
   return memory.narrow(0, offset, rows * rank).view({rows, rank});
 }
@@ -135,7 +142,7 @@ BucketWork PowerSGDState::run(dist::ProcessGroup& group, GradBucket& bucket) {
     // The last bucket is launched after every other one of this backward.
     if (bucket.is_last) ++iteration_;
   }
-  if (plain) return allreduce_hook(group, bucket);
+  if (plain) return average(group, bucket);
   return compress(group, bucket);
 }
 
@@ -188,7 +195,7 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
     }
     state = slot;
   }
-  if (compressed.empty()) return allreduce_hook(group, bucket);
+  if (compressed.empty()) return average(group, bucket);
 
   const TensorOptions opts = TensorOptions(buffer.dtype()).device(buffer.device());
   // Note [PowerSGD error feedback]: add last residual, and keep the input in
