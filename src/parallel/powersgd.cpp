@@ -134,6 +134,19 @@ Tensor PowerSGDState::p_memory(int bucket_index) const {
   return it == buckets_.end() ? Tensor() : copy_or_undefined(it->second->p);
 }
 
+void PowerSGDState::set_q_memory(int bucket_index, const Tensor& q) {
+  if (!options_.warm_start)
+    DDP_THROW(ValueError, "PowerSGDState::set_q_memory: needs PowerSGDOptions.warm_start");
+  if (!q.defined() || q.dim() != 1)
+    DDP_THROW(ValueError, "PowerSGDState::set_q_memory: expected a flat tensor, got {}",
+              q.defined() ? q.describe() : std::string("an undefined tensor"));
+  std::lock_guard<std::mutex> g(mu_);
+  std::shared_ptr<Bucket>& slot = buckets_[bucket_index];
+  if (!slot) slot = std::make_shared<Bucket>();
+  slot->q = q.clone();
+  slot->p = Tensor();
+}
+
 BucketWork PowerSGDState::run(dist::ProcessGroup& group, GradBucket& bucket) {
   bool plain;
   {
@@ -180,6 +193,11 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
     numel_before_ += before;
     numel_after_ += after;
     std::shared_ptr<Bucket>& slot = buckets_[bucket.index];
+    if (slot && slot->shapes.empty() && !slot->error.defined()) {  // only a set_q_memory so far
+      slot->shapes = shapes;
+      slot->dtype = buffer.dtype();
+      slot->device = buffer.device();
+    }
     if (slot && (slot->shapes != shapes || slot->dtype != buffer.dtype() ||
                  slot->device != buffer.device()))
       DDP_THROW(ValueError,
@@ -222,8 +240,13 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
   // Note [PowerSGD warm start]: a fresh random Q, or last iteration's.
   if (!options_.warm_start || !state->q.defined()) {
     state->q = randn({q_size}, TensorOptions(DType::f32), &generator_).to(buffer.device(), buffer.dtype());
-    state->p = Tensor::empty({p_size}, opts);
+  } else if (state->q.numel() != q_size) {  // from set_q_memory
+    DDP_THROW(ValueError, "powersgd_hook: bucket {} needs a Q of {} elements, set_q_memory gave {}",
+              bucket.index, q_size, state->q.describe());
+  } else {
+    state->q = state->q.to(buffer.device(), buffer.dtype());  // no copy when already so
   }
+  if (!state->p.defined()) state->p = Tensor::empty({p_size}, opts);
   for (const Compressed& c : compressed) {
     Tensor q = factor(state->q, c.q_offset, c.matrix.size(1), c.rank);
     orthogonalize(q, options_.orthogonalization_epsilon);

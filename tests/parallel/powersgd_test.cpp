@@ -95,6 +95,8 @@ void check_against_reference(int world, PowerSGDOptions options, int iters) {
     }
   }
   EXPECT_EQ(states[0]->iteration(), iters);
+  // Something was compressed (else the reference comparison proves little).
+  EXPECT_LT(states[0]->numel_after_compression(), states[0]->numel_before_compression());
 }
 
 }  // namespace

@@ -98,6 +98,13 @@ class PowerSGDState {
   Tensor q_memory(int bucket_index) const;
   Tensor p_memory(int bucket_index) const;
 
+  // Sets the Q the next compressed step of this bucket starts from, instead
+  // of a random one (flat, the m x r factors of its compressed matrices in
+  // bucket order): to reproduce another implementation's run, or to restore
+  // one. Needs warm_start; call it before that step, with the same Q on
+  // every rank. A Q of the wrong size raises ValueError at that step.
+  void set_q_memory(int bucket_index, const Tensor& q);
+
   // The hook's body; use powersgd_hook() to get a CommHook.
   BucketWork run(dist::ProcessGroup& group, GradBucket& bucket);
 

@@ -34,7 +34,9 @@ dist::World g_world;
 TEST(PowerSGDAcrossProcesses, MatchesTheReference) {
   const int world = g_world.size(), me = g_world.rank();
   const std::vector<Shape> shapes = {{8, 6}, {8}, {3, 2}, {5, 2, 3}};
-  const PowerSGDOptions options{.matrix_approximation_rank = 2, .start_powerSGD_iter = 2};
+  // min_compression_rate 1: at rank 2 the 8x6 and 5x6 matrices are compressed.
+  const PowerSGDOptions options{.matrix_approximation_rank = 2, .start_powerSGD_iter = 2,
+                                .min_compression_rate = 1.0};
   Reference ref(shapes, world, options.matrix_approximation_rank, options.min_compression_rate,
                 options.use_error_feedback, options.warm_start, options.seed);
   CommHook hook = powersgd_hook(options);
