@@ -193,9 +193,12 @@ int run(const Options& o) {
                                               {.bucket_cap_mb = o.bucket_cap_mb});
   if (o.comm_hook == "fp16") ddp_model.register_comm_hook(parallel::fp16_compress_hook);
   if (o.comm_hook == "bf16") ddp_model.register_comm_hook(parallel::bf16_compress_hook);
-  if (o.comm_hook == "powersgd")
-    ddp_model.register_comm_hook(parallel::powersgd_hook(
-        {.matrix_approximation_rank = int(o.powersgd_rank), .start_powerSGD_iter = o.powersgd_start_iter}));
+  std::shared_ptr<parallel::PowerSGDState> powersgd;
+  if (o.comm_hook == "powersgd") {
+    powersgd = std::make_shared<parallel::PowerSGDState>(parallel::PowerSGDOptions{
+        .matrix_approximation_rank = int(o.powersgd_rank), .start_powerSGD_iter = o.powersgd_start_iter});
+    ddp_model.register_comm_hook(parallel::powersgd_hook(powersgd));
+  }
 
   auto sampler = std::make_shared<data::DistributedSampler>(d.train->size(), world_size, rank,
                                                             /*shuffle=*/true, uint64_t(o.seed));
@@ -352,6 +355,10 @@ int run(const Options& o) {
     std::printf("done: %lld steps, test accuracy %.2f%%, %.0f images/s, training %s, total %s\n",
                 (long long)step, 100 * result->accuracy, images_per_s,
                 examples::format_duration(train_s).c_str(), examples::format_duration(total_s).c_str());
+    if (powersgd)
+      std::printf("powersgd: %.2fx fewer gradient elements sent in the compressed steps (%lld -> %lld)\n",
+                  powersgd->compression_rate(), (long long)powersgd->numel_before_compression(),
+                  (long long)powersgd->numel_after_compression());
     std::printf("%s\n", JsonObject()
                             .add("model", o.model)
                             .add("data", o.data)
