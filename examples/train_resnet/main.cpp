@@ -31,6 +31,7 @@
 #include "ddp/optim/lr_scheduler.h"
 #include "ddp/optim/sgd.h"
 #include "ddp/parallel/distributed.h"
+#include "ddp/parallel/powersgd.h"
 #include "ddp/parallel/sync_batch_norm.h"
 #include "train_resnet/options.h"
 
@@ -175,6 +176,11 @@ int run(const Options& o) {
                 (long long)model->num_parameters(), (long long)o.batch_size,
                 (long long)local_batch, o.amp.c_str(), o.channels_last ? "; channels-last" : "",
                 o.sync_bn ? "; SyncBatchNorm" : "");
+    if (o.comm_hook == "powersgd")
+      std::printf("comm hook: powersgd, rank %lld, from step %lld\n", (long long)o.powersgd_rank,
+                  (long long)o.powersgd_start_iter);
+    else if (o.comm_hook != "allreduce")
+      std::printf("comm hook: %s\n", o.comm_hook.c_str());
     if (o.print_params)
       for (const auto& [name, p] : model->named_parameters())
         std::printf("  %-40s %s\n", name.c_str(), p.describe().c_str());
@@ -185,6 +191,14 @@ int run(const Options& o) {
   }
   parallel::DistributedDataParallel ddp_model(model, world.group,
                                               {.bucket_cap_mb = o.bucket_cap_mb});
+  if (o.comm_hook == "fp16") ddp_model.register_comm_hook(parallel::fp16_compress_hook);
+  if (o.comm_hook == "bf16") ddp_model.register_comm_hook(parallel::bf16_compress_hook);
+  std::shared_ptr<parallel::PowerSGDState> powersgd;
+  if (o.comm_hook == "powersgd") {
+    powersgd = std::make_shared<parallel::PowerSGDState>(parallel::PowerSGDOptions{
+        .matrix_approximation_rank = int(o.powersgd_rank), .start_powerSGD_iter = o.powersgd_start_iter});
+    ddp_model.register_comm_hook(parallel::powersgd_hook(powersgd));
+  }
 
   auto sampler = std::make_shared<data::DistributedSampler>(d.train->size(), world_size, rank,
                                                             /*shuffle=*/true, uint64_t(o.seed));
@@ -341,6 +355,10 @@ int run(const Options& o) {
     std::printf("done: %lld steps, test accuracy %.2f%%, %.0f images/s, training %s, total %s\n",
                 (long long)step, 100 * result->accuracy, images_per_s,
                 examples::format_duration(train_s).c_str(), examples::format_duration(total_s).c_str());
+    if (powersgd)
+      std::printf("powersgd: %.2fx fewer gradient elements sent in the compressed steps (%lld -> %lld)\n",
+                  powersgd->compression_rate(), (long long)powersgd->numel_before_compression(),
+                  (long long)powersgd->numel_after_compression());
     std::printf("%s\n", JsonObject()
                             .add("model", o.model)
                             .add("data", o.data)

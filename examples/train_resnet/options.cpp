@@ -31,6 +31,11 @@ Options parse_options(int argc, char** argv) {
   cli.add_flag("--channels-last", &o.channels_last, "feed NHWC images (tensor cores on GPUs)");
   cli.add_flag("--sync-bn", &o.sync_bn, "convert BatchNorm2d to SyncBatchNorm");
   cli.add_double("--bucket-cap-mb", &o.bucket_cap_mb, "DDP gradient bucket size in MiB", 0);
+  cli.add_string("--comm-hook", &o.comm_hook, "how DDP reduces gradient buckets (docs/powersgd.md)",
+                 {"allreduce", "fp16", "bf16", "powersgd"});
+  cli.add_int("--powersgd-rank", &o.powersgd_rank, "PowerSGD matrix approximation rank", 1);
+  cli.add_int("--powersgd-start-iter", &o.powersgd_start_iter,
+              "steps of plain allreduce before PowerSGD compresses", 2);
   cli.add_string("--backend", &o.backend, "process group backend (default: nccl on GPUs, "
                  "mpi under mpirun, else gloo)", {"", "nccl", "gloo", "mpi"});
   cli.add_string("--checkpoint-dir", &o.checkpoint_dir, "save a checkpoint here at the end");
@@ -56,6 +61,8 @@ Options parse_options(int argc, char** argv) {
     cli.fail("--checkpoint-every: needs --checkpoint-dir");
   if (o.data != "synthetic" && cli.given("--image-size"))
     cli.fail("--image-size: only for --data synthetic");
+  if (o.comm_hook != "powersgd" && (cli.given("--powersgd-rank") || cli.given("--powersgd-start-iter")))
+    cli.fail("--powersgd-rank, --powersgd-start-iter: need --comm-hook powersgd");
   return o;
 }
 

@@ -23,6 +23,9 @@ struct Options {
   bool channels_last = false;
   bool sync_bn = false;
   double bucket_cap_mb = 25.0;
+  std::string comm_hook = "allreduce";  // allreduce, fp16, bf16, powersgd
+  int64_t powersgd_rank = 1;
+  int64_t powersgd_start_iter = 100;    // plain allreduce for the first steps
   std::string backend;             // empty: the device's default
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;    // steps; 0: only at the end

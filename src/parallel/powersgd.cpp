@@ -1,0 +1,303 @@
+// The PowerSGD communication hook. See powersgd.h for the algorithm and its
+// Notes, docs/powersgd.md for the user's side.
+
+#include "ddp/parallel/powersgd.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "ddp/core/error.h"
+#include "ddp/core/logging.h"
+#include "ddp/tensor/ops.h"
+
+namespace ddp::parallel {
+
+void validate(const PowerSGDOptions& o) {
+  if (o.matrix_approximation_rank < 1)
+    DDP_THROW(ValueError, "PowerSGDOptions.matrix_approximation_rank must be >= 1, got {}",
+              o.matrix_approximation_rank);
+  if (o.start_powerSGD_iter < 0)
+    DDP_THROW(ValueError, "PowerSGDOptions.start_powerSGD_iter must be >= 0, got {}",
+              o.start_powerSGD_iter);
+  if ((o.use_error_feedback || o.warm_start) && o.start_powerSGD_iter < 2)
+    DDP_THROW(ValueError,
+              "PowerSGDOptions.start_powerSGD_iter must be >= 2 when use_error_feedback or "
+              "warm_start is on (DDP rebuilds its buckets after the first iteration; Note "
+              "[PowerSGD state and bucket rebuilds]), got {}",
+              o.start_powerSGD_iter);
+  if (!std::isfinite(o.min_compression_rate) || o.min_compression_rate < 1.0)
+    DDP_THROW(ValueError, "PowerSGDOptions.min_compression_rate must be a number >= 1, got {}",
+              o.min_compression_rate);
+  if (!std::isfinite(o.orthogonalization_epsilon) || o.orthogonalization_epsilon < 0.0)
+    DDP_THROW(ValueError, "PowerSGDOptions.orthogonalization_epsilon must be >= 0, got {}",
+              o.orthogonalization_epsilon);
+}
+
+namespace {
+
+// One gradient of a bucket that is worth compressing, as an n x m matrix.
+struct Compressed {
+  Tensor matrix;      // view into the bucket buffer
+  int64_t rank = 0;   // min(n, m, matrix_approximation_rank)
+  int64_t p_offset = 0, q_offset = 0, error_offset = 0;
+};
+
+// The smallest positive normal number of the dtype: the floor of a column
+// norm, so that an all-zero column divides to zero rather than NaN.
+double tiny_norm(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return 6.103515625e-05;
+    case DType::f64: return std::numeric_limits<double>::min();
+    default: return double(std::numeric_limits<float>::min());  // f32, bf16
+  }
+}
+
+// Gram-Schmidt on the columns of an n x r matrix (r is small), in place.
+// With epsilon = 0 this gives the Q of a thin QR factorisation (up to signs).
+void orthogonalize(Tensor matrix, double epsilon) {
+  const int64_t r = matrix.size(1);
+  const double floor = tiny_norm(matrix.dtype());
+  for (int64_t i = 0; i < r; ++i) {
+    Tensor col = matrix.narrow(1, i, 1);
+    Tensor norm = maximum(sqrt(sum(col * col)) + epsilon, floor);
+    col.copy_(col / norm);
+    if (i + 1 < r) {
+      Tensor rest = matrix.narrow(1, i + 1, r - i - 1);
+      rest.copy_(rest - sum(col * rest, {0}, true) * col);
+    }
+  }
+}
+
+// The uncompressed path: like allreduce_hook, but a sum of pre-divided
+// gradients, as the sum is the one reduction every backend has.
+BucketWork average(dist::ProcessGroup& group, GradBucket& bucket) {
+  bucket.buffer.mul_(1.0 / group.size());
+  return BucketWork{group.allreduce({bucket.buffer}, dist::ReduceOp::sum), {}};
+}
+
+Tensor factor(const Tensor& memory, int64_t offset, int64_t rows, int64_t rank) {
+  return memory.narrow(0, offset, rows * rank).view({rows, rank});
+}
+
+}  // namespace
+
+struct PowerSGDState::Bucket {
+  // The layout the memory below belongs to.
+  std::vector<Shape> shapes;
+  DType dtype = DType::f32;
+  Device device = Device::cpu();
+  Tensor error;  // residual of the compressed tensors, flat in bucket order
+  Tensor p, q;   // the factors of the compressed tensors, flat in bucket order
+};
+
+PowerSGDState::PowerSGDState(PowerSGDOptions options)
+    : options_(options), generator_(options.seed) {
+  validate(options_);
+}
+
+int64_t PowerSGDState::iteration() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return iteration_;
+}
+int64_t PowerSGDState::numel_before_compression() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return numel_before_;
+}
+int64_t PowerSGDState::numel_after_compression() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return numel_after_;
+}
+double PowerSGDState::compression_rate() const {
+  std::lock_guard<std::mutex> g(mu_);
+  return numel_after_ > 0 ? double(numel_before_) / double(numel_after_) : 0.0;
+}
+
+namespace {
+Tensor copy_or_undefined(const Tensor& t) { return t.defined() ? t.clone() : Tensor(); }
+}  // namespace
+
+Tensor PowerSGDState::error(int bucket_index) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = buckets_.find(bucket_index);
+  return it == buckets_.end() ? Tensor() : copy_or_undefined(it->second->error);
+}
+Tensor PowerSGDState::q_memory(int bucket_index) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = buckets_.find(bucket_index);
+  return it == buckets_.end() ? Tensor() : copy_or_undefined(it->second->q);
+}
+Tensor PowerSGDState::p_memory(int bucket_index) const {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = buckets_.find(bucket_index);
+  return it == buckets_.end() ? Tensor() : copy_or_undefined(it->second->p);
+}
+
+void PowerSGDState::set_q_memory(int bucket_index, const Tensor& q) {
+  if (!options_.warm_start)
+    DDP_THROW(ValueError, "PowerSGDState::set_q_memory: needs PowerSGDOptions.warm_start");
+  if (!q.defined() || q.dim() != 1)
+    DDP_THROW(ValueError, "PowerSGDState::set_q_memory: expected a flat tensor, got {}",
+              q.defined() ? q.describe() : std::string("an undefined tensor"));
+  std::lock_guard<std::mutex> g(mu_);
+  std::shared_ptr<Bucket>& slot = buckets_[bucket_index];
+  if (!slot) slot = std::make_shared<Bucket>();
+  slot->q = q.clone();
+  slot->p = Tensor();
+}
+
+BucketWork PowerSGDState::run(dist::ProcessGroup& group, GradBucket& bucket) {
+  bool plain;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    plain = iteration_ < options_.start_powerSGD_iter;
+    // The last bucket is launched after every other one of this backward.
+    if (bucket.is_last) ++iteration_;
+  }
+  if (plain) return average(group, bucket);
+  return compress(group, bucket);
+}
+
+BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket) {
+  const double inv_world = 1.0 / group.size();
+  const Tensor& buffer = bucket.buffer;
+
+  // Sort the gradients: compressed matrices, and the rest.
+  std::vector<Compressed> compressed;
+  Tensors uncompressed;
+  std::vector<Shape> shapes;
+  int64_t p_size = 0, q_size = 0, error_size = 0, before = 0, after = 0;
+  for (const Tensor& grad : bucket.gradients) {
+    shapes.push_back(grad.shape());
+    const int64_t numel = grad.numel();
+    before += numel;
+    const int64_t n = grad.dim() == 0 ? 1 : grad.size(0);
+    const int64_t m = n == 0 ? 0 : numel / n;
+    const int64_t r = std::min<int64_t>({n, m, options_.matrix_approximation_rank});
+    const bool worth = double((n + m) * r) * options_.min_compression_rate < double(numel);
+    if (!worth) {
+      uncompressed.push_back(grad);
+      after += numel;
+      continue;
+    }
+    compressed.push_back({grad.view({n, m}), r, p_size, q_size, error_size});
+    p_size += n * r;
+    q_size += m * r;
+    error_size += numel;
+    after += (n + m) * r;
+  }
+  std::shared_ptr<Bucket> state;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    numel_before_ += before;
+    numel_after_ += after;
+    std::shared_ptr<Bucket>& slot = buckets_[bucket.index];
+    if (slot && slot->shapes.empty() && !slot->error.defined()) {  // only a set_q_memory so far
+      slot->shapes = shapes;
+      slot->dtype = buffer.dtype();
+      slot->device = buffer.device();
+    }
+    if (slot && (slot->shapes != shapes || slot->dtype != buffer.dtype() ||
+                 slot->device != buffer.device()))
+      DDP_THROW(ValueError,
+                "powersgd_hook: bucket {} changed its layout after PowerSGD started (now {} "
+                "gradients in {}); its error and factors belong to other tensors. Register a "
+                "new hook after rebuilding buckets (Note [PowerSGD state and bucket rebuilds])",
+                bucket.index, shapes.size(), buffer.describe());
+    if (!slot) {
+      slot = std::make_shared<Bucket>();
+      slot->shapes = shapes;
+      slot->dtype = buffer.dtype();
+      slot->device = buffer.device();
+    }
+    state = slot;
+  }
+  if (compressed.empty()) return average(group, bucket);
+
+  const TensorOptions opts = TensorOptions(buffer.dtype()).device(buffer.device());
+  // Note [PowerSGD error feedback]: add last residual, and keep the input in
+  // the error memory until the result is known.
+  if (options_.use_error_feedback) {
+    if (!state->error.defined()) state->error = Tensor::zeros({error_size}, opts);
+    for (Compressed& c : compressed) {
+      Tensor err = state->error.narrow(0, c.error_offset, c.matrix.numel()).view(c.matrix.shape());
+      c.matrix.add_(err);
+      err.copy_(c.matrix);
+    }
+  }
+
+  // The exact part: one flat sum of every uncompressed gradient.
+  Tensor flat;
+  dist::WorkPtr exact_work;
+  if (!uncompressed.empty()) {
+    Tensors pieces;
+    for (const Tensor& t : uncompressed) pieces.push_back(t.reshape({-1}));
+    flat = cat(pieces, 0);
+    exact_work = group.allreduce({flat}, dist::ReduceOp::sum);
+  }
+
+  // Note [PowerSGD warm start]: a fresh random Q, or last iteration's.
+  if (!options_.warm_start || !state->q.defined()) {
+    state->q = randn({q_size}, TensorOptions(DType::f32), &generator_).to(buffer.device(), buffer.dtype());
+  } else if (state->q.numel() != q_size) {  // from set_q_memory
+    DDP_THROW(ValueError, "powersgd_hook: bucket {} needs a Q of {} elements, set_q_memory gave {}",
+              bucket.index, q_size, state->q.describe());
+  } else {
+    state->q = state->q.to(buffer.device(), buffer.dtype());  // no copy when already so
+  }
+  if (!state->p.defined()) state->p = Tensor::empty({p_size}, opts);
+  for (const Compressed& c : compressed) {
+    Tensor q = factor(state->q, c.q_offset, c.matrix.size(1), c.rank);
+    orthogonalize(q, options_.orthogonalization_epsilon);
+    factor(state->p, c.p_offset, c.matrix.size(0), c.rank).copy_(matmul(c.matrix, q));
+  }
+  dist::WorkPtr p_work = group.allreduce({state->p}, dist::ReduceOp::sum);
+
+  // The rest needs the summed P: at the end of backward, on this thread, in
+  // bucket order on every rank, so the Q allreduce below matches up.
+  const PowerSGDOptions options = options_;
+  Tensors exact_views = uncompressed;
+  auto finish = [state, compressed, flat, exact_work, exact_views, inv_world, options,
+                 &group]() mutable {
+    if (exact_work) {
+      exact_work->wait();
+      flat.mul_(inv_world);
+      int64_t offset = 0;
+      for (Tensor& t : exact_views) {
+        t.copy_(flat.narrow(0, offset, t.numel()).view(t.shape()));
+        offset += t.numel();
+      }
+    }
+    for (const Compressed& c : compressed) {
+      Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
+      orthogonalize(p, options.orthogonalization_epsilon);
+      factor(state->q, c.q_offset, c.matrix.size(1), c.rank).copy_(matmul(c.matrix.t(), p));
+    }
+    group.allreduce({state->q}, dist::ReduceOp::sum)->wait();
+    state->q.mul_(inv_world);
+    for (Compressed& c : compressed) {
+      Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
+      Tensor q = factor(state->q, c.q_offset, c.matrix.size(1), c.rank);
+      c.matrix.copy_(matmul(p, q.t()));
+      if (options.use_error_feedback)
+        state->error.narrow(0, c.error_offset, c.matrix.numel()).view(c.matrix.shape()).sub_(c.matrix);
+    }
+    if (!options.warm_start) {
+      state->p = Tensor();
+      state->q = Tensor();
+    }
+  };
+  return BucketWork{std::move(p_work), std::move(finish)};
+}
+
+CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
+  if (!state) DDP_THROW(ValueError, "powersgd_hook: the state is null");
+  return [state](dist::ProcessGroup& group, GradBucket& bucket) { return state->run(group, bucket); };
+}
+
+CommHook powersgd_hook(PowerSGDOptions options) {
+  return powersgd_hook(std::make_shared<PowerSGDState>(options));
+}
+
+}  // namespace ddp::parallel
