@@ -123,11 +123,7 @@ run_one() {
   done
   pids=()
   grep -h "auto_bucket_size chose" "$work/$name.0.log" | sed 's/^/#   /'
-  if [ $status -eq 3 ]; then
-    echo "# $name: skipped ($(grep -h "not available" "$work/$name.0.log" | head -1))"
-    printf '{"nodes": %d, "engine": "%s", "mode": "%s", "bucket_cap_mb": %s, "images_per_s": null, "skipped": "not available in this build"}\n' \
-      "$n" "$engine" "$mode" "$cap" > "$out"
-  elif [ $status -ne 0 ]; then
+  if [ $status -ne 0 ]; then
     echo "# $name: FAILED (exit $status); rank logs:"
     for ((i = 0; i < n; i++)); do echo "## rank $i"; tail -20 "$work/$name.$i.log"; done
     failed=1

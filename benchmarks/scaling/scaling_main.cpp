@@ -11,7 +11,10 @@
 //   ddp           DistributedDataParallel, --bucket-cap-mb buckets
 //   no_comm       the same under no_sync(): DDP's bookkeeping, no communication
 //   auto_buckets  DDPOptions::auto_bucket_size (tuned during the warm-up)
-//   zero1, powersgd  not in this build yet: exit status 3 (run.sh: a skipped row)
+//   zero1         ZeroRedundancyOptimizer over SGD (docs/zero.md): buckets
+//                 reduce-scattered, the shard stepped, parameters all-gathered
+//   powersgd      the PowerSGD hook, rank 4, compressing from the 3rd step
+//                 (docs/powersgd.md); --warmup covers the plain steps
 // Usage and results: docs/benchmarks.md, "Scaling on a shaped network".
 
 #include <fmt/format.h>
@@ -28,13 +31,12 @@
 #include "ddp/nn/functional/loss.h"
 #include "ddp/optim/sgd.h"
 #include "ddp/parallel/distributed.h"
+#include "ddp/parallel/powersgd.h"
+#include "ddp/parallel/zero.h"
 #include "ddp/tensor/generator.h"
 
 namespace bench {
 namespace {
-
-// The exit status of a mode this build lacks; run.sh reports a skipped row.
-constexpr int kModeUnavailable = 3;
 
 struct ScalingOptions {
   std::string mode = "ddp";
@@ -53,12 +55,6 @@ double max_over_ranks(ddp::dist::ProcessGroup& g, double v) {
 }
 
 int run(const ScalingOptions& o) {
-  if (o.mode == "zero1" || o.mode == "powersgd") {
-    // Note: the lead wires these once the ZeRO-1 and PowerSGD branches are
-    // merged (docs/benchmarks.md, "Scaling on a shaped network").
-    fmt::print(stderr, "scaling_main: mode {} is not available in this build\n", o.mode);
-    return kModeUnavailable;
-  }
   ddp::dist::World world = ddp::dist::init_process_group();
   auto& group = *world.group;
   ddp::manual_seed(1234);
@@ -67,17 +63,33 @@ int run(const ScalingOptions& o) {
   dopts.bucket_cap_mb = o.bucket_cap_mb;
   dopts.auto_bucket_size = o.mode == "auto_buckets";
   dopts.auto_bucket_iterations = int(o.auto_iterations);
+  const bool zero1 = o.mode == "zero1";
+  if (zero1) dopts.rebuild_buckets = false;  // the shards follow the buckets (docs/zero.md)
   ddp::parallel::DistributedDataParallel<ddp::nn::UnaryModule> ddp_model(model, world.group,
                                                                          dopts);
-  ddp::optim::SGD opt(model->parameters(), 0.01, {.momentum = 0.9});
+  const ddp::optim::SGDOptions sgd{.momentum = 0.9};
+  std::unique_ptr<ddp::optim::Optimizer> opt;
+  if (zero1)
+    opt = std::make_unique<ddp::parallel::ZeroRedundancyOptimizer>(
+        ddp_model, ddp::parallel::zero_sgd(0.01, sgd));
+  else
+    opt = std::make_unique<ddp::optim::SGD>(model->parameters(), 0.01, sgd);
+  int64_t plain_steps = 0;  // steps before the comm hook compresses
+  if (o.mode == "powersgd") {
+    ddp::parallel::PowerSGDOptions p;
+    p.matrix_approximation_rank = 4;
+    p.start_powerSGD_iter = 2;  // the smallest PowerSGD allows with error feedback
+    plain_steps = p.start_powerSGD_iter;
+    ddp_model.register_comm_hook(ddp::parallel::powersgd_hook(p));
+  }
   Batch batch = synthetic_images(o.batch_size, o.image_size, num_classes(o.model),
                                  ddp::Device::cpu(), 99 + uint64_t(world.rank()));
   const bool sync = o.mode != "no_comm";
   auto step = [&] {
     auto run_step = [&] {
       ddp::nn::functional::cross_entropy(ddp_model(batch.x), batch.y).backward();
-      opt.step();
-      opt.zero_grad();
+      opt->step();
+      opt->zero_grad();
     };
     if (sync) {
       run_step();
@@ -87,9 +99,10 @@ int run(const ScalingOptions& o) {
     }
   };
   // auto_buckets tunes during the warm-up: one warm-up backward, the
-  // measured ones, and the forward that rebuilds.
-  const int64_t warmup = dopts.auto_bucket_size ? std::max(o.warmup, o.auto_iterations + 2)
-                                                : o.warmup;
+  // measured ones, and the forward that rebuilds; powersgd's plain steps
+  // are warm-up too, so the timed ones all compress.
+  int64_t warmup = dopts.auto_bucket_size ? std::max(o.warmup, o.auto_iterations + 2) : o.warmup;
+  warmup = std::max(warmup, plain_steps + 1);
   for (int64_t i = 0; i < warmup; ++i) step();
   group.barrier()->wait(group.timeout());
   const auto start = Clock::now();
