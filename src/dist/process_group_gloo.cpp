@@ -350,12 +350,12 @@ struct ProcessGroupGloo::Impl final : HostTransport {
         for (size_t j = 0; j < pieces; ++j)
           sender->send(right, slot(j), j * piece, std::min(piece, chunk - j * piece));
         for (size_t j = 0; j < pieces; ++j) {
-          receivers[j]->waitRecv(timeout);
+          receivers[j]->waitRecv(timeout());
           const size_t at = j * piece, len = std::min(piece, chunk - at);
           combine(building + at, input + recv_idx * chunk + at, incoming.get() + at,
                   len / esize);
         }
-        for (size_t j = 0; j < pieces; ++j) sender->waitSend(timeout);
+        for (size_t j = 0; j < pieces; ++j) sender->waitSend(timeout());
         sending = building;
       }
     });
