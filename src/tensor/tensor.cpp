@@ -207,7 +207,8 @@ Tensor Tensor::to(Device device, DType dtype, bool non_blocking) const {
   {
     autograd::NoGradGuard no_grad;
     if (device == this->device()) {
-      out = Tensor::empty(shape(), TensorOptions(dtype).device(device));
+      // See Note [Memory-format propagation]: a cast keeps a dense layout.
+      out = empty_in_layout_of({*this}, shape(), TensorOptions(dtype).device(device));
       backend_for(device).copy(*this, out);
     } else if (dtype == this->dtype()) {
       out = transfer(*this, device, non_blocking);
@@ -231,7 +232,8 @@ Tensor Tensor::to(DType dtype) const {
 
 Tensor Tensor::clone() const {
   check_defined("clone");
-  Tensor out = Tensor::empty(shape(), TensorOptions(dtype()).device(device()));
+  // See Note [Memory-format propagation]: a clone keeps a dense layout.
+  Tensor out = empty_in_layout_of({*this}, shape(), TensorOptions(dtype()).device(device()));
   backend_for(device()).copy(*this, out);
   if (autograd::needs_grad({*this}))
     autograd::record("clone", {*this}, {out}, [](const Tensors& g) { return Tensors{g[0]}; });
