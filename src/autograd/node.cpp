@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "ddp/autograd/grad_mode.h"
+#include "ddp/tensor/memory_format.h"
 
 namespace ddp::autograd {
 

@@ -23,9 +23,9 @@ constexpr bool kUnaryFloatOnly[] = {
 };
 
 // Note [Output-only derivatives]
-// These ops' derivatives read only their output (functors.h), so their
-// backward keeps the output alone and hands it to the kernel in the input's
-// place. A relu after a BatchNorm thus no longer keeps the BatchNorm's
+// These ops' derivatives read only their output (functors.h; relu's reads
+// x > 0, which is y > 0), so their backward keeps the output alone and hands
+// it to the kernel in the input's place. A relu after a BatchNorm thus no longer keeps the BatchNorm's
 // output alive until the backward: one activation less per relu (the
 // output is kept anyway, as the next op's input).
 constexpr bool output_only_derivative(UnaryOp op) {

@@ -16,6 +16,7 @@
 
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/backend.h"
+#include "ddp/tensor/memory_format.h"
 #include "ddp/tensor/ops.h"
 
 namespace ddp::ops_detail {

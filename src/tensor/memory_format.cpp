@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "ddp/tensor/tensor.h"
+#include "ddp/tensor/memory_format.h"
 
 namespace ddp {
 

@@ -2,6 +2,7 @@
 // Views are in tensor_views.cpp; autograd methods in src/autograd/.
 
 #include "ddp/tensor/tensor.h"
+#include "ddp/tensor/memory_format.h"
 
 #include <cstring>
 #include <sstream>

@@ -11,6 +11,7 @@
 #include "ddp/autograd/engine.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/nn/functional/conv.h"
+#include "ddp/nn/functional/layout_conversions.h"
 #include "ddp/nn/functional/loss.h"
 #include "ddp/nn/models/resnet.h"
 #include "ddp/tensor/ops.h"

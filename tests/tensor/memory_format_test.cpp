@@ -8,6 +8,7 @@
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/tensor/ops.h"
+#include "ddp/tensor/memory_format.h"
 
 namespace ddp {
 namespace {

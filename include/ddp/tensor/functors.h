@@ -30,8 +30,7 @@ template <class C> DDP_INLINE_HD C min_(C a, C b) { return a < b ? a : b; }
 
 struct ReluFn {
   template <class C> DDP_INLINE_HD static C forward(C x) { return x > C(0) ? x : C(0); }
-  // From the output (y > 0 exactly where x > 0): see Note [Output-only derivatives].
-  template <class C> DDP_INLINE_HD static C backward(C, C y, C dy) { return y > C(0) ? dy : C(0); }
+  template <class C> DDP_INLINE_HD static C backward(C x, C, C dy) { return x > C(0) ? dy : C(0); }
 };
 // GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 struct GeluTanhFn {

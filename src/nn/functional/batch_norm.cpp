@@ -9,6 +9,7 @@
 #include "ddp/autograd/node.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/functional/conv.h"
+#include "ddp/nn/functional/layout_conversions.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
 #include "nn/functional/batch_norm_detail.h"

@@ -22,6 +22,7 @@
 // tensors]); weights are contiguous [O, C/G, KH, KW] on the CPU.
 
 #include "ddp/nn/functional/conv.h"
+#include "ddp/nn/functional/layout_conversions.h"
 
 #include <fmt/format.h>
 

@@ -61,16 +61,4 @@ Tensor to_channels_last(const Tensor& t);
 // An uninitialised [N, C, H, W] tensor, NHWC-strided when channels_last.
 Tensor empty_nchw(const Shape& shape, DType dtype, Device device, bool channels_last);
 
-// Note [Layout conversion count]
-// How many activations and gradients conv2d and batch_norm (forward and
-// backward) have copied from one layout to another (NCHW <-> NHWC, or a
-// strided view to a dense one) since the process started: a channels-last
-// model whose ops all keep the layout makes none after its input, while an
-// NCHW f32 model on the CPU makes four per convolution (Note [NCHW
-// convolutions on the CPU]). Process-wide, for tests and profiling.
-int64_t layout_conversion_count();
-namespace detail {
-void count_layout_conversion();
-}
-
 }  // namespace ddp::nn::functional
