@@ -231,14 +231,25 @@ Tensor Tensor::to(DType dtype) const {
   return to(device(), dtype);
 }
 
+// A differentiable copy of src into the fresh tensor out.
+static Tensor copy_into(const Tensor& src, Tensor out, const char* op) {
+  backend_for(src.device()).copy(src, out);
+  if (autograd::needs_grad({src}))
+    autograd::record(op, {src}, {out}, [](const Tensors& g) { return Tensors{g[0]}; });
+  return out;
+}
+
 Tensor Tensor::clone() const {
   check_defined("clone");
   // See Note [Memory-format propagation]: a clone keeps a dense layout.
-  Tensor out = empty_in_layout_of({*this}, shape(), TensorOptions(dtype()).device(device()));
-  backend_for(device()).copy(*this, out);
-  if (autograd::needs_grad({*this}))
-    autograd::record("clone", {*this}, {out}, [](const Tensors& g) { return Tensors{g[0]}; });
-  return out;
+  return copy_into(*this, empty_in_layout_of({*this}, shape(), TensorOptions(dtype()).device(device())),
+                   "clone");
+}
+
+Tensor Tensor::contiguous() const {
+  check_defined("contiguous");
+  if (is_contiguous()) return *this;
+  return copy_into(*this, Tensor::empty(shape(), TensorOptions(dtype()).device(device())), "clone");
 }
 
 // Note [In-place ops and autograd]: copy_, fill_, add_ and friends are not
