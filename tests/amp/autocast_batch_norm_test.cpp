@@ -5,7 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "ddp/amp/autocast.h"
+#include "ddp/autograd/grad_mode.h"
+#include "ddp/nn/functional/batch_norm.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/nn/nn.h"
 #include "ddp/tensor/ops.h"
