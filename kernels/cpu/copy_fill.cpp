@@ -16,7 +16,8 @@ template <class S, class D>
 void copy_kernel(const Tensor& src, const Tensor& dst) {
   const S* s = ptr<const S>(src);
   D* d = ptr<D>(dst);
-  for_each_run_in_memory_order<2>(dst.shape(), {&src.strides(), &dst.strides()}, [&](const RunInfo<2>& r) {
+  const std::array<const Shape*, 2> strides{&src.strides(), &dst.strides()};
+  for_each_run_in_memory_order<2>(dst.shape(), strides, [&](const RunInfo<2>& r) {
     const S* sp = s + r.offset[0];
     D* dp = d + r.offset[1];
     const int64_t n = r.length;

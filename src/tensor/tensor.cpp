@@ -242,8 +242,8 @@ static Tensor copy_into(const Tensor& src, Tensor out, const char* op) {
 Tensor Tensor::clone() const {
   check_defined("clone");
   // See Note [Memory-format propagation]: a clone keeps a dense layout.
-  return copy_into(*this, empty_in_layout_of({*this}, shape(), TensorOptions(dtype()).device(device())),
-                   "clone");
+  const TensorOptions opts = TensorOptions(dtype()).device(device());
+  return copy_into(*this, empty_in_layout_of({*this}, shape(), opts), "clone");
 }
 
 Tensor Tensor::contiguous() const {

@@ -70,8 +70,10 @@ void expect_low_precision_batch_norm(DType low, double u, bool channels_last) {
   EXPECT_LE(scaled_error(got.y, ref.y), u);
   EXPECT_GT(scaled_error(got.y, ref.y), 0.0);  // it did write the lower precision
   EXPECT_LE(scaled_error(got.dx, ref.dx, 1e-3), 2 * u);
-  EXPECT_LE(scaled_error(got.dw, ref.dw, 1e-3), 1e-4);
-  EXPECT_LE(scaled_error(got.db, ref.db, 1e-3), 1e-4);
+  // dy reaches the kernel in y's 16-bit dtype (rounded once); the sums over
+  // it are f32.
+  EXPECT_LE(scaled_error(got.dw, ref.dw, 1e-3), u);
+  EXPECT_LE(scaled_error(got.db, ref.db, 1e-3), u);
 }
 
 TEST(AutocastBatchNorm, Bf16KeepsTheInputDTypeWithF32Statistics) {

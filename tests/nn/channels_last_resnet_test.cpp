@@ -92,9 +92,11 @@ void expect_channels_last_end_to_end(ResNet& model, const Shape& input_shape) {
   ASSERT_EQ(grads.size(), trace.tensors.size());
   for (size_t i = 0; i < trace.tensors.size(); ++i) {
     SCOPED_TRACE(trace.names[i]);
-    EXPECT_TRUE(F::is_channels_last(trace.tensors[i])) << "strides " << shape_str(trace.tensors[i].strides());
+    EXPECT_TRUE(F::is_channels_last(trace.tensors[i]))
+        << "strides " << shape_str(trace.tensors[i].strides());
     ASSERT_TRUE(grads[i].defined());
-    EXPECT_TRUE(F::is_channels_last(grads[i])) << "gradient strides " << shape_str(grads[i].strides());
+    EXPECT_TRUE(F::is_channels_last(grads[i]))
+        << "gradient strides " << shape_str(grads[i].strides());
   }
 
   // The model's own forward and backward convert nothing after the input.
