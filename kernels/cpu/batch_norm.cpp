@@ -1,13 +1,26 @@
 // batch_norm on the CPU (contracts in kernels/kernel_list.h). The loops
-// work on contiguous [N, C, S] tensors (S = H·W) of f32 or f64, per-channel
-// vectors [C] of the same dtype, weight undefined meaning 1, sums in double;
-// they run channel by channel over contiguous rows of S elements, which the
-// compiler vectorises. The registered kernels bring other layouts (NHWC) and
-// f16/bf16 to that form and write their results back in the caller's layout
-// and dtype: CPU half precision is for tests, not speed.
+// read x, dy and write y, dx in the caller's layout, contiguous [N, C, S]
+// (S = H·W) or 4-D NHWC, and in the caller's dtype: f32 and f64, and f16 /
+// bf16 loaded into f32 element by element (Note [Compute type]), so no
+// layout or dtype copy is made. Per-channel values (weight, bias,
+// statistics) are small [C] vectors in the compute type; sums are in double
+// across rows (Note [Batch-norm sums]).
+//
+// Note [Batch-norm NHWC loops]
+// A channels-last tensor is a [M, C] matrix (M = N·H·W) with C innermost.
+// Its per-channel sums add whole rows of C values into C accumulators (one
+// SIMD add per vector of channels) for a block of kRowBlock rows, then move
+// the block's sums into double; the element-wise passes (apply, dx) are one
+// sweep over the matrix with the per-channel coefficients indexed by c.
+// Converting to NCHW and back instead cost two full copies per call, which
+// was most of batch_norm's time in a channels-last ResNet step.
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <vector>
 
+#include "convert.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
 #include "ddp/tensor/ops.h"
@@ -18,28 +31,50 @@ namespace ddp::cpu_kernels {
 
 namespace {
 
-struct Dims {
-  int64_t n, c, s;
+struct Layout {
+  int64_t n = 1, c = 1, s = 1;  // [N, C, S]
+  bool nhwc = false;
 };
-Dims dims_of(const Tensor& x) {
-  Dims d{x.size(0), x.size(1), 1};
-  for (int64_t i = 2; i < x.dim(); ++i) d.s *= x.size(i);
-  return d;
+
+bool is_nhwc_dense(const Tensor& t) {
+  if (t.dim() != 4) return false;
+  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+  const Shape& st = t.strides();
+  return (c == 1 || st[1] == 1) && (w == 1 || st[3] == c) && (h == 1 || st[2] == w * c) &&
+         (t.size(0) == 1 || st[0] == h * w * c);
+}
+
+Layout layout_of(const Tensor& x) {
+  Layout l{x.size(0), x.size(1), 1, false};
+  for (int64_t i = 2; i < x.dim(); ++i) l.s *= x.size(i);
+  l.nhwc = !x.is_contiguous();  // the caller made it NHWC-dense (see in_layout)
+  return l;
+}
+
+// t in the layout the loops read: itself when it is contiguous or NHWC-dense
+// like `like`, else a copy in like's layout.
+Tensor in_layout(const Tensor& t, bool nhwc) {
+  if (nhwc ? is_nhwc_dense(t) : t.is_contiguous()) return t;
+  if (!nhwc) return t.contiguous();
+  Tensor out = Tensor::empty({t.size(0), t.size(2), t.size(3), t.size(1)}, TensorOptions(t.dtype()))
+                   .permute({0, 3, 1, 2});
+  out.copy_(t);
+  return out;
 }
 
 // Note [Batch-norm sums]
 // Each row (one sample's plane of one channel, S elements) is summed in
-// kLanes independent accumulators of T, which the compiler turns into SIMD
+// kLanes independent accumulators of A, which the compiler turns into SIMD
 // adds; the rows' sums are then added in double. An f32 row of a ResNet
 // (S <= 1024 for 32x32 images) thus adds about S / 8 values per lane in
 // float, far inside the 1e-4 tolerance batch statistics are checked to,
 // while the double across rows keeps large batches accurate. One serial
 // double accumulator per channel cannot vectorise: it made batch_norm
 // about 13% of a resnet20 CPU step.
-template <class T, class F>
+template <class A, class F>
 double lane_sum(int64_t s, F&& f) {
   constexpr int kLanes = 8;
-  T acc[kLanes] = {};
+  A acc[kLanes] = {};
   int64_t i = 0;
   for (; i + kLanes <= s; i += kLanes)
     for (int j = 0; j < kLanes; ++j) acc[j] += f(i + j);
@@ -49,151 +84,233 @@ double lane_sum(int64_t s, F&& f) {
   return total;
 }
 
-template <class T>
-void stats(const Tensor& x, const Tensor& mean, const Tensor& var) {
-  const Dims d = dims_of(x);
-  const T* px = x.data<T>();
-  const double count = double(d.n * d.s);
-  for (int64_t c = 0; c < d.c; ++c) {
-    double sum = 0;
-    for (int64_t n = 0; n < d.n; ++n) {
-      const T* row = px + (n * d.c + c) * d.s;
-      sum += lane_sum<T>(d.s, [row](int64_t i) { return row[i]; });
-    }
-    const T m = T(sum / count);
-    double sq = 0;  // two passes: no cancellation in E[x²] − E[x]²
-    for (int64_t n = 0; n < d.n; ++n) {
-      const T* row = px + (n * d.c + c) * d.s;
-      sq += lane_sum<T>(d.s, [row, m](int64_t i) { return (row[i] - m) * (row[i] - m); });
-    }
-    mean.data<T>()[c] = m;
-    var.data<T>()[c] = T(sq / count);
-  }
-}
+constexpr int64_t kRowBlock = 64;  // NHWC rows summed in A before double
 
-template <class T>
-void apply(const Tensor& x, const Tensor& mean, const Tensor& invstd, const Tensor& weight,
-           const Tensor& bias, const Tensor& y) {
-  const Dims d = dims_of(x);
-  const T *px = x.data<T>(), *pm = mean.data<T>(), *pi = invstd.data<T>();
-  const T* pw = weight.defined() ? weight.data<T>() : nullptr;
-  const T* pb = bias.defined() ? bias.data<T>() : nullptr;
-  T* py = y.data<T>();
-  for (int64_t n = 0; n < d.n; ++n)
-    for (int64_t c = 0; c < d.c; ++c) {
-      const T scale = pi[c] * (pw ? pw[c] : T(1));
-      const T shift = (pb ? pb[c] : T(0)) - pm[c] * scale;
-      const int64_t base = (n * d.c + c) * d.s;
-      for (int64_t i = 0; i < d.s; ++i) py[base + i] = px[base + i] * scale + shift;
-    }
-}
-
-template <class T>
-void backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& invstd,
-              const Tensor& weight, bool batch_stats, const Tensor& dx, const Tensor& dweight,
-              const Tensor& dbias) {
-  const Dims d = dims_of(x);
-  const T *px = x.data<T>(), *pdy = dy.data<T>(), *pm = mean.data<T>(), *pi = invstd.data<T>();
-  const T* pw = weight.defined() ? weight.data<T>() : nullptr;
-  const double count = double(d.n * d.s);
-  for (int64_t c = 0; c < d.c; ++c) {
-    const T m = pm[c], is = pi[c];
-    double sum_dy = 0, sum_dy_xc = 0;  // see Note [Batch-norm sums]
-    for (int64_t n = 0; n < d.n; ++n) {
-      const T *rx = px + (n * d.c + c) * d.s, *rdy = pdy + (n * d.c + c) * d.s;
-      sum_dy += lane_sum<T>(d.s, [rdy](int64_t i) { return rdy[i]; });
-      sum_dy_xc += lane_sum<T>(d.s, [rx, rdy, m](int64_t i) { return rdy[i] * (rx[i] - m); });
-    }
-    const double sum_dy_xhat = sum_dy_xc * double(is);
-    if (dweight.defined()) dweight.data<T>()[c] = T(sum_dy_xhat);
-    if (dbias.defined()) dbias.data<T>()[c] = T(sum_dy);
-    if (!dx.defined()) continue;
-    const T k = is * (pw ? pw[c] : T(1));
-    const T mean_dy = batch_stats ? T(sum_dy / count) : T(0);
-    const T mean_dy_xhat = batch_stats ? T(sum_dy_xhat / count) : T(0);
-    T* pdx = dx.data<T>();
-    for (int64_t n = 0; n < d.n; ++n) {
-      const int64_t base = (n * d.c + c) * d.s;
-      for (int64_t i = 0; i < d.s; ++i) {
-        const T xhat = (px[base + i] - m) * is;
-        pdx[base + i] = k * (pdy[base + i] - mean_dy - xhat * mean_dy_xhat);
+// sum0[c] (and sum1[c] when f1 is given) = the sums over channel c's
+// elements of f0(c, i) (f1(c, i)), i the element's offset; in double.
+template <class A, class F0, class F1>
+void channel_sums(const Layout& l, std::vector<double>& sum0, std::vector<double>& sum1, F0&& f0,
+                  F1&& f1, bool two) {
+  sum0.assign(size_t(l.c), 0.0);
+  sum1.assign(size_t(l.c), 0.0);
+  if (!l.nhwc) {
+    for (int64_t c = 0; c < l.c; ++c)
+      for (int64_t n = 0; n < l.n; ++n) {
+        const int64_t base = (n * l.c + c) * l.s;
+        sum0[c] += lane_sum<A>(l.s, [&](int64_t i) { return f0(c, base + i); });
+        if (two) sum1[c] += lane_sum<A>(l.s, [&](int64_t i) { return f1(c, base + i); });
       }
+    return;
+  }
+  const int64_t rows = l.n * l.s;
+  std::vector<A> acc0(size_t(l.c)), acc1(size_t(l.c));
+  for (int64_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const int64_t r1 = std::min(rows, r0 + kRowBlock);
+    std::fill(acc0.begin(), acc0.end(), A(0));
+    std::fill(acc1.begin(), acc1.end(), A(0));
+    A* a0 = acc0.data();
+    A* a1 = acc1.data();
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t base = r * l.c;
+      for (int64_t c = 0; c < l.c; ++c) a0[c] += f0(c, base + c);
+      if (two)
+        for (int64_t c = 0; c < l.c; ++c) a1[c] += f1(c, base + c);
+    }
+    for (int64_t c = 0; c < l.c; ++c) {
+      sum0[c] += double(a0[c]);
+      sum1[c] += double(a1[c]);
     }
   }
 }
 
-// t as a contiguous tensor of the compute dtype (f64 for f64, else f32).
-Tensor compute_form(const Tensor& t) {
-  if (!t.defined()) return t;
-  Tensor c = t.contiguous();
-  return c.dtype() == DType::f64 || c.dtype() == DType::f32 ? c : c.to(DType::f32);
+// out[i] = store(p[c]·u[i] + q[c]·(v[i] − m[c]) + r[c]) over every element;
+// v may be null (then q and m are unused).
+template <class T, class A>
+void per_channel_affine(const Layout& l, const T* u, const T* v, const std::vector<A>& p,
+                        const std::vector<A>& q, const std::vector<A>& m,
+                        const std::vector<A>& r, T* out) {
+  const A *pp = p.data(), *pq = q.data(), *pm = m.data(), *pr = r.data();
+  if (!l.nhwc) {
+    for (int64_t n = 0; n < l.n; ++n)
+      for (int64_t c = 0; c < l.c; ++c) {
+        const int64_t base = (n * l.c + c) * l.s;
+        const A a = pp[c], b = pq[c], mc = v ? pm[c] : A(0), d = pr[c];
+        if (v) {
+          for (int64_t i = 0; i < l.s; ++i)
+            out[base + i] = store<T>(a * load(u[base + i]) + b * (load(v[base + i]) - mc) + d);
+        } else {
+          for (int64_t i = 0; i < l.s; ++i) out[base + i] = store<T>(a * load(u[base + i]) + d);
+        }
+      }
+    return;
+  }
+  const int64_t rows = l.n * l.s;
+  for (int64_t m = 0; m < rows; ++m) {
+    const int64_t base = m * l.c;
+    if (v) {
+      for (int64_t c = 0; c < l.c; ++c)
+        out[base + c] =
+            store<T>(pp[c] * load(u[base + c]) + pq[c] * (load(v[base + c]) - pm[c]) + pr[c]);
+    } else {
+      for (int64_t c = 0; c < l.c; ++c)
+        out[base + c] = store<T>(pp[c] * load(u[base + c]) + pr[c]);
+    }
+  }
 }
-Tensor as_dtype(const Tensor& t, DType dt) { return t.defined() ? t.to(dt).contiguous() : t; }
 
-// Where the loops write an output: `out` itself when it is contiguous in the
-// compute dtype dt, else a contiguous buffer that copy_back() then copies into
-// `out` (any layout and dtype). Undefined stays undefined.
-Tensor buffer_for(const Tensor& out, DType dt) {
-  if (!out.defined() || (out.is_contiguous() && out.dtype() == dt)) return out;
-  return Tensor::empty(out.shape(), TensorOptions(dt));
+// A [C] tensor (any dtype, or undefined = fill) as a vector of A.
+template <class A>
+std::vector<A> host_vector(const Tensor& t, int64_t c, A fill) {
+  if (!t.defined()) return std::vector<A>(size_t(c), fill);
+  Tensor d = t.to(DType::f64).contiguous();
+  const double* p = d.data<double>();
+  return std::vector<A>(p, p + c);
+}
+void write_vector(const std::vector<double>& v, const Tensor& out) {
+  if (!out.defined()) return;
+  Tensor(out).copy_(Tensor::from_vector(v, {int64_t(v.size())}, TensorOptions(DType::f64)));
+}
+
+template <class F>
+void on_float_dtype(DType dt, F&& fn) {
+  switch (dt) {
+    case DType::f32: fn.template operator()<float>(); break;
+    case DType::f64: fn.template operator()<double>(); break;
+    case DType::f16: fn.template operator()<Half>(); break;
+    case DType::bf16: fn.template operator()<BFloat16>(); break;
+    default:
+      DDP_CHECK_T(DTypeError, false, "batch_norm (CPU): expected a floating dtype, got {}",
+                  dtype_name(dt));
+  }
+}
+
+// The output y (or dx) the loops can write: out itself in the loops' layout,
+// else a buffer that copy_back() moves into out.
+Tensor buffer_for(const Tensor& out, bool nhwc) {
+  if (!out.defined() || (nhwc ? is_nhwc_dense(out) : out.is_contiguous())) return out;
+  if (!nhwc) return Tensor::empty(out.shape(), TensorOptions(out.dtype()));
+  return Tensor::empty({out.size(0), out.size(2), out.size(3), out.size(1)},
+                       TensorOptions(out.dtype()))
+      .permute({0, 3, 1, 2});
 }
 void copy_back(const Tensor& buffer, const Tensor& out) {
   if (out.defined() && !buffer.is_same(out)) Tensor(out).copy_(buffer);
 }
 
-template <class F>
-void on_dtype(DType dt, F&& fn) {
-  dt == DType::f32 ? fn.template operator()<float>() : fn.template operator()<double>();
+// y = x·scale[c] + shift[c], scale = invstd·w, shift = b − mean·scale.
+template <class T, class A>
+void apply(const Layout& l, const Tensor& x, const std::vector<A>& mean,
+           const std::vector<A>& invstd, const Tensor& weight, const Tensor& bias,
+           const Tensor& y) {
+  std::vector<A> w = host_vector<A>(weight, l.c, A(1)), b = host_vector<A>(bias, l.c, A(0));
+  std::vector<A> scale(size_t(l.c)), shift(size_t(l.c));
+  for (int64_t c = 0; c < l.c; ++c) {
+    scale[c] = invstd[c] * w[c];
+    shift[c] = b[c] - mean[c] * scale[c];
+  }
+  Tensor out = buffer_for(y, l.nhwc);
+  per_channel_affine<T, A>(l, x.data<T>(), nullptr, scale, scale, scale, shift, out.data<T>());
+  copy_back(out, y);
 }
 
-void train_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+void train_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                    const Tensor& running_mean, const Tensor& running_var, double momentum,
                    double eps, const Tensor& y, const Tensor& save_mean,
                    const Tensor& save_invstd) {
-  Tensor xc = compute_form(x);
-  const DType dt = xc.dtype();
-  const int64_t c = x.size(1);
-  Tensor mean = Tensor::empty({c}, TensorOptions(dt)), var = Tensor::empty({c}, TensorOptions(dt));
-  on_dtype(dt, [&]<class T>() { stats<T>(xc, mean, var); });
-  const double n = double(x.numel() / c);
-  update_running_stat(running_mean, mean, momentum);
-  update_running_stat(running_var, var * (n / (n - 1)), momentum);
-  Tensor invstd = rsqrt(var + eps);
-  Tensor w = as_dtype(weight, dt), b = as_dtype(bias, dt), out = buffer_for(y, dt);
-  on_dtype(dt, [&]<class T>() { apply<T>(xc, mean, invstd, w, b, out); });
-  copy_back(out, y);
-  Tensor(save_mean).copy_(mean);
-  Tensor(save_invstd).copy_(invstd);
+  Tensor x = in_layout(x_in, is_nhwc_dense(x_in) && !x_in.is_contiguous());
+  const Layout l = layout_of(x);
+  on_float_dtype(x.dtype(), [&]<class T>() {
+    using A = compute_t<T>;
+    const T* px = x.data<T>();
+    std::vector<double> sum, unused, sq;
+    channel_sums<A>(l, sum, unused, [px](int64_t, int64_t i) { return load(px[i]); },
+                    [](int64_t, int64_t) { return A(0); }, false);
+    const double count = double(l.n * l.s);
+    std::vector<A> mean(size_t(l.c)), invstd(size_t(l.c));
+    for (int64_t c = 0; c < l.c; ++c) mean[c] = A(sum[c] / count);
+    const A* pm = mean.data();
+    // Two passes: no cancellation in E[x²] − E[x]².
+    channel_sums<A>(
+        l, sq, unused,
+        [px, pm](int64_t c, int64_t i) {
+          const A d = load(px[i]) - pm[c];
+          return d * d;
+        },
+        [](int64_t, int64_t) { return A(0); }, false);
+    std::vector<double> var(size_t(l.c)), mean_d(size_t(l.c)), invstd_d(size_t(l.c));
+    for (int64_t c = 0; c < l.c; ++c) {
+      var[c] = double(A(sq[c] / count));
+      invstd[c] = A(1) / std::sqrt(A(var[c]) + A(eps));
+      mean_d[c] = double(mean[c]);
+      invstd_d[c] = double(invstd[c]);
+    }
+    apply<T, A>(l, x, mean, invstd, weight, bias, y);
+    write_vector(mean_d, save_mean);
+    write_vector(invstd_d, save_invstd);
+    const double n = count;
+    const Tensor mean_t = Tensor::from_vector(mean_d, {l.c}, TensorOptions(DType::f64));
+    const Tensor var_t = Tensor::from_vector(var, {l.c}, TensorOptions(DType::f64));
+    update_running_stat(running_mean, mean_t, momentum);
+    update_running_stat(running_var, var_t * (n / (n - 1)), momentum);
+  });
 }
 
-void eval_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+void eval_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, double eps,
                   const Tensor& y) {
-  Tensor xc = compute_form(x);
-  const DType dt = xc.dtype();
-  Tensor mean = running_mean.to(dt).contiguous();
-  Tensor invstd = rsqrt(running_var.to(dt) + eps).contiguous();
-  Tensor w = as_dtype(weight, dt), b = as_dtype(bias, dt), out = buffer_for(y, dt);
-  on_dtype(dt, [&]<class T>() { apply<T>(xc, mean, invstd, w, b, out); });
-  copy_back(out, y);
+  Tensor x = in_layout(x_in, is_nhwc_dense(x_in) && !x_in.is_contiguous());
+  const Layout l = layout_of(x);
+  on_float_dtype(x.dtype(), [&]<class T>() {
+    using A = compute_t<T>;
+    std::vector<A> mean = host_vector<A>(running_mean, l.c, A(0));
+    std::vector<A> invstd = host_vector<A>(running_var, l.c, A(1));
+    for (A& v : invstd) v = A(1) / std::sqrt(v + A(eps));
+    apply<T, A>(l, x, mean, invstd, weight, bias, y);
+  });
 }
 
-void backward_kernel(const Tensor& x, const Tensor& dy, const Tensor& weight,
+void backward_kernel(const Tensor& x_in, const Tensor& dy_in, const Tensor& weight,
                      const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats,
                      double /*eps: folded into save_invstd*/, const Tensor& dx,
                      const Tensor& dweight, const Tensor& dbias) {
-  Tensor xc = compute_form(x);
-  const DType dt = xc.dtype();
-  Tensor dyc = as_dtype(dy, dt);
-  Tensor mean = as_dtype(save_mean, dt), invstd = as_dtype(save_invstd, dt);
-  Tensor w = as_dtype(weight, dt);
-  Tensor dxo = buffer_for(dx, dt), dwo = buffer_for(dweight, dt), dbo = buffer_for(dbias, dt);
-  on_dtype(dt, [&]<class T>() {
-    backward<T>(xc, dyc, mean, invstd, w, batch_stats, dxo, dwo, dbo);
+  const bool nhwc = is_nhwc_dense(x_in) && !x_in.is_contiguous();
+  Tensor x = in_layout(x_in, nhwc);
+  Tensor dy = in_layout(dy_in.to(x.dtype()), nhwc);
+  const Layout l = layout_of(x);
+  on_float_dtype(x.dtype(), [&]<class T>() {
+    using A = compute_t<T>;
+    const T *px = x.data<T>(), *pdy = dy.data<T>();
+    std::vector<A> mean = host_vector<A>(save_mean, l.c, A(0));
+    std::vector<A> invstd = host_vector<A>(save_invstd, l.c, A(1));
+    std::vector<A> w = host_vector<A>(weight, l.c, A(1));
+    const A* pm = mean.data();
+    std::vector<double> sum_dy, sum_dy_xc;  // see Note [Batch-norm sums]
+    channel_sums<A>(
+        l, sum_dy, sum_dy_xc, [pdy](int64_t, int64_t i) { return load(pdy[i]); },
+        [px, pdy, pm](int64_t c, int64_t i) { return load(pdy[i]) * (load(px[i]) - pm[c]); },
+        true);
+    const double count = double(l.n * l.s);
+    std::vector<double> dw(size_t(l.c)), db(size_t(l.c));
+    // dx = k·(dy − mean_dy − x̂·mean_dy_x̂) = p·dy + q·(x − mean) + r per channel.
+    std::vector<A> p(size_t(l.c)), q(size_t(l.c)), r(size_t(l.c));
+    for (int64_t c = 0; c < l.c; ++c) {
+      const double sum_dy_xhat = sum_dy_xc[c] * double(invstd[c]);
+      dw[c] = sum_dy_xhat;
+      db[c] = sum_dy[c];
+      const A k = invstd[c] * w[c];
+      const A mean_dy = batch_stats ? A(sum_dy[c] / count) : A(0);
+      const A mean_dy_xhat = batch_stats ? A(sum_dy_xhat / count) : A(0);
+      p[c] = k;
+      q[c] = -k * invstd[c] * mean_dy_xhat;
+      r[c] = -k * mean_dy;
+    }
+    write_vector(dw, dweight);
+    write_vector(db, dbias);
+    if (!dx.defined()) return;
+    Tensor out = buffer_for(dx, nhwc);
+    per_channel_affine<T, A>(l, pdy, px, p, q, mean, r, out.data<T>());
+    copy_back(out, dx);
   });
-  copy_back(dxo, dx);
-  copy_back(dwo, dweight);
-  copy_back(dbo, dbias);
 }
 
 }  // namespace

@@ -16,7 +16,8 @@ template <class S, class D>
 void copy_kernel(const Tensor& src, const Tensor& dst) {
   const S* s = ptr<const S>(src);
   D* d = ptr<D>(dst);
-  for_each_run<2>(dst.shape(), {&src.strides(), &dst.strides()}, [&](const RunInfo<2>& r) {
+  const std::array<const Shape*, 2> strides{&src.strides(), &dst.strides()};
+  for_each_run_in_memory_order<2>(dst.shape(), strides, [&](const RunInfo<2>& r) {
     const S* sp = s + r.offset[0];
     D* dp = d + r.offset[1];
     const int64_t n = r.length;
@@ -50,7 +51,7 @@ void fill(const Tensor& out, double value) {
   dispatch_all(out.dtype(), "fill", [&]<class T>() {
     const T v = cast_to<T>(value);
     T* p = ptr<T>(out);
-    for_each_run<1>(out.shape(), {&out.strides()}, [&](const RunInfo<1>& r) {
+    for_each_run_in_memory_order<1>(out.shape(), {&out.strides()}, [&](const RunInfo<1>& r) {
       T* q = p + r.offset[0];
       if (r.stride[0] == 1) {
         std::fill(q, q + r.length, v);

@@ -34,7 +34,7 @@ template <class OutT, class F, class... Ts, size_t... I>
 void map_impl(std::index_sequence<I...>, const Tensor& out, F& f, const In<Ts>&... ins) {
   constexpr size_t N = sizeof...(Ts) + 1;
   OutT* o = ptr<OutT>(out);
-  for_each_run<N>(out.shape(), {ins.strides..., &out.strides()}, [&](const RunInfo<N>& r) {
+  for_each_run_in_memory_order<N>(out.shape(), {ins.strides..., &out.strides()}, [&](const RunInfo<N>& r) {
     OutT* y = o + r.offset[N - 1];
     const int64_t n = r.length;
     if (all_unit(r)) {

@@ -22,6 +22,7 @@
 // and that operand's unit-stride dim in 32x32 tiles (runs of <= 32), reusing
 // each touched line while it is cached. Only the visiting order changes.
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -138,6 +139,45 @@ void for_each_run(const Shape& shape, const std::array<const Shape*, N>& strides
       idx[d] = 0;
     }
   }
+}
+
+// Note [CPU memory order]
+// for_each_run walks dims in logical order, so for channels-last operands
+// ([N, C, H, W] with C innermost in memory) every run would stride by C.
+// Elementwise kernels, whose result does not depend on the visiting order,
+// call this instead: it first orders the dims by the last operand's strides
+// (the output's), outermost in memory first, as torch's TensorIterator
+// does, so operands that share a dense layout become one unit-stride run.
+template <size_t N, class Body>
+void for_each_run_in_memory_order(const Shape& shape, const std::array<const Shape*, N>& strides,
+                                  Body&& body) {
+  const Shape& key = *strides[N - 1];
+  const size_t nd = shape.size();
+  bool ordered = true;  // already outermost-first (size-1 dims do not count)
+  int64_t prev = -1;
+  for (size_t d = 0; d < nd && ordered; ++d) {
+    if (shape[d] == 1) continue;
+    ordered = prev < 0 || key[d] <= prev;
+    prev = key[d];
+  }
+  if (ordered || nd > size_t(kMaxDims)) {
+    for_each_run<N>(shape, strides, body);
+    return;
+  }
+  std::array<size_t, kMaxDims> order{};
+  for (size_t d = 0; d < nd; ++d) order[d] = d;
+  std::stable_sort(order.begin(), order.begin() + nd,
+                   [&](size_t a, size_t b) { return key[a] > key[b]; });
+  Shape sorted_shape(nd);
+  std::array<Shape, N> sorted_strides;
+  for (size_t k = 0; k < N; ++k) sorted_strides[k].resize(nd);
+  for (size_t d = 0; d < nd; ++d) {
+    sorted_shape[d] = shape[order[d]];
+    for (size_t k = 0; k < N; ++k) sorted_strides[k][d] = (*strides[k])[order[d]];
+  }
+  std::array<const Shape*, N> ptrs;
+  for (size_t k = 0; k < N; ++k) ptrs[k] = &sorted_strides[k];
+  for_each_run<N>(sorted_shape, ptrs, body);
 }
 
 // True when every stride of the run is 1 (the vectorizable case).

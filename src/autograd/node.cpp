@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "ddp/autograd/grad_mode.h"
+#include "ddp/tensor/memory_format.h"
 
 namespace ddp::autograd {
 
@@ -29,8 +30,8 @@ AccumulateGrad::AccumulateGrad(std::weak_ptr<TensorImpl> leaf)
     : Node("AccumulateGrad"), leaf_(std::move(leaf)) {}
 
 // Note [Gradient ownership]
-// The first gradient that reaches a leaf is copied into a fresh contiguous
-// buffer instead of being stored as is. The incoming tensor may alias other
+// The first gradient that reaches a leaf is copied into a fresh buffer (in
+// the leaf's layout) instead of being stored as is. The incoming tensor may alias other
 // tensors: a backward formula may pass its grad_output straight through (add
 // gives the same tensor to both inputs), the gradient may be the user's own
 // root gradient, or an expanded (stride-0) view from sum's backward. Storing it
@@ -50,7 +51,10 @@ Tensors AccumulateGrad::apply(Tensors&& grad_outputs) {
   {
     NoGradGuard no_grad;  // accumulation is never part of a graph
     if (!meta.grad.defined()) {
-      Tensor fresh = Tensor::empty(leaf.shape(), TensorOptions(leaf.dtype()).device(leaf.device()));
+      // In the leaf's own dense layout (a channels-last weight gets a
+      // channels-last .grad): see Note [Memory-format propagation] in tensor.h.
+      Tensor fresh = empty_in_layout_of({leaf}, leaf.shape(),
+                                        TensorOptions(leaf.dtype()).device(leaf.device()));
       fresh.copy_(incoming);
       meta.grad = fresh;
     } else {

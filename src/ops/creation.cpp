@@ -15,22 +15,23 @@ using namespace ops_detail;
 
 Tensor zeros_like(const Tensor& x) {
   check_defined("zeros_like", x, "x");
-  return Tensor::zeros(x.shape(), options(x.dtype(), x.device()));
+  return empty_like(x).fill_(0.0);
 }
 
 Tensor ones_like(const Tensor& x) {
   check_defined("ones_like", x, "x");
-  return Tensor::ones(x.shape(), options(x.dtype(), x.device()));
+  return empty_like(x).fill_(1.0);
 }
 
 Tensor full_like(const Tensor& x, double value) {
   check_defined("full_like", x, "x");
-  return Tensor::full(x.shape(), value, options(x.dtype(), x.device()));
+  return empty_like(x).fill_(value);
 }
 
 Tensor empty_like(const Tensor& x) {
   check_defined("empty_like", x, "x");
-  return Tensor::empty(x.shape(), options(x.dtype(), x.device()));
+  // See Note [Memory-format propagation] in tensor.h: x's dense layout.
+  return empty_in_layout_of({x}, x.shape(), options(x.dtype(), x.device()));
 }
 
 Tensor arange(double start, double end, double step, TensorOptions opts) {

@@ -22,6 +22,27 @@ constexpr bool kUnaryFloatOnly[] = {
 #undef DDP_FLOAT_ONLY
 };
 
+// Note [Output-only derivatives]
+// These ops' derivatives read only their output (functors.h; relu's reads
+// x > 0, which is y > 0), so their backward keeps the output alone and hands
+// it to the kernel in the input's place. A relu after a BatchNorm thus no longer keeps the BatchNorm's
+// output alive until the backward: one activation less per relu (the
+// output is kept anyway, as the next op's input).
+constexpr bool output_only_derivative(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::relu:
+    case UnaryOp::exp:
+    case UnaryOp::tanh:
+    case UnaryOp::sigmoid:
+    case UnaryOp::sqrt:
+    case UnaryOp::rsqrt:
+    case UnaryOp::neg:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // The mask as 0/1 in dtype, for the gradients of maximum/minimum.
 Tensor mask_as(const Tensor& mask, DType dtype) { return mask.to(dtype); }
 
@@ -48,16 +69,18 @@ Tensor unary(UnaryOp op, const Tensor& x) {
     }
   }
   Tensor xin = cast_to(x.detach(), dt);
-  Tensor out = empty_out(name, x.shape(), dt, x.device());
+  Tensor out = empty_out(name, x.shape(), dt, x.device(), {xin});
   backend_for(x.device()).unary(op, xin, out);
 
   // Backward: dx = f'(x) * dy from the functor's own derivative.
   if (autograd::needs_grad({x})) {
     Tensor ys = out.detach();
-    autograd::record(name, {x}, {out}, [op, xin, ys](const Tensors& g) -> Tensors {
-      Tensor dy = cast_to(g[0], xin.dtype());
-      Tensor dx = Tensor::empty(xin.shape(), options(xin.dtype(), xin.device()));
-      backend_for(xin.device()).unary_backward(op, xin, ys, dy, dx);
+    Tensor xs = output_only_derivative(op) ? Tensor() : xin;
+    autograd::record(name, {x}, {out}, [op, xs, ys](const Tensors& g) -> Tensors {
+      const Tensor& xk = xs.defined() ? xs : ys;  // Note [Output-only derivatives]
+      Tensor dy = cast_to(g[0], ys.dtype());
+      Tensor dx = empty_in_layout_of({dy, ys}, ys.shape(), options(ys.dtype(), ys.device()));
+      backend_for(ys.device()).unary_backward(op, xk, ys, dy, dx);
       return {dx};
     });
   }
@@ -88,7 +111,7 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   DDP_CHECK_T(DTypeError, dt != DType::bool_, "{}: arithmetic on bool tensors is not supported: {} and {}",
               name, a.describe(), b.describe());
   Tensor ap = cast_to(a.detach(), dt), bp = cast_to(b.detach(), dt);
-  Tensor out = empty_out(name, shape, dt, a.device());
+  Tensor out = empty_out(name, shape, dt, a.device(), {ap, bp});
   backend_for(a.device()).binary(op, expand_to(ap, shape), expand_to(bp, shape), out);
 
   if (autograd::needs_grad({a, b})) {
@@ -160,10 +183,9 @@ Tensor compare(CompareOp op, const Tensor& a, const Tensor& b) {
   check_same_device(name, a, b);
   Shape shape = broadcast_shapes(name, a, b);
   DType dt = promote_types(a.dtype(), b.dtype());
-  Tensor out = empty_out(name, shape, DType::bool_, a.device());
-  backend_for(a.device())
-      .compare(op, expand_to(cast_to(a.detach(), dt), shape),
-               expand_to(cast_to(b.detach(), dt), shape), out);
+  Tensor ap = cast_to(a.detach(), dt), bp = cast_to(b.detach(), dt);
+  Tensor out = empty_out(name, shape, DType::bool_, a.device(), {ap, bp});
+  backend_for(a.device()).compare(op, expand_to(ap, shape), expand_to(bp, shape), out);
   return out;
 }
 Tensor compare_scalar(CompareOp op, const Tensor& a, double b) {
@@ -200,7 +222,7 @@ Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
               cond.describe(), a.describe(), b.describe());
   DType dt = promote_types(a.dtype(), b.dtype());
   Tensor c = cond.detach();
-  Tensor out = empty_out(name, shape, dt, a.device());
+  Tensor out = empty_out(name, shape, dt, a.device(), {a, b, c});
   backend_for(a.device())
       .where(expand_to(c, shape), expand_to(cast_to(a.detach(), dt), shape),
              expand_to(cast_to(b.detach(), dt), shape), out);
@@ -242,7 +264,7 @@ Tensor masked_fill(const Tensor& x, const Tensor& mask, double value) {
               x.describe());
   // The value is cast to x's dtype, like torch (the result keeps x's dtype).
   Tensor m = mask.detach();
-  Tensor out = empty_out(name, shape, x.dtype(), x.device());
+  Tensor out = empty_out(name, shape, x.dtype(), x.device(), {x});
   backend_for(x.device())
       .where(expand_to(m, shape), expand_to(scalar_tensor(value, x.dtype(), x.device()), shape),
              x.detach(), out);

@@ -80,6 +80,12 @@ Tensor empty_out(const char* op, const Shape& shape, DType dtype, Device device)
   return Tensor::empty(shape, options(dtype, device));
 }
 
+Tensor empty_out(const char* op, const Shape& shape, DType dtype, Device device,
+                 const Tensors& inputs) {
+  check_max_dims(op, shape);
+  return empty_in_layout_of(inputs, shape, options(dtype, device));
+}
+
 std::vector<int64_t> normalize_dims(const char* op, const Tensor& x,
                                     const std::vector<int64_t>& dims) {
   int64_t nd = x.dim();

@@ -16,6 +16,7 @@
 
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/backend.h"
+#include "ddp/tensor/memory_format.h"
 #include "ddp/tensor/ops.h"
 
 namespace ddp::ops_detail {
@@ -49,6 +50,10 @@ Tensor scalar_tensor(double value, DType dtype, Device device);
 TensorOptions options(DType dtype, Device device);
 // A contiguous output for op (checks kMaxDims); never requires grad.
 Tensor empty_out(const char* op, const Shape& shape, DType dtype, Device device);
+// The same, laid out like its inputs: see Note [Memory-format propagation]
+// in tensor.h (the first dense input with the output's shape decides).
+Tensor empty_out(const char* op, const Shape& shape, DType dtype, Device device,
+                 const Tensors& inputs);
 
 // Wraps and sorts dims, rejecting duplicates (ValueError) and out-of-range
 // dims (IndexError). Empty = every dim. A 0-dim x accepts dim 0 / -1 and

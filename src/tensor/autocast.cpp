@@ -130,6 +130,8 @@ const char* policy_name(CastPolicy policy) {
       return "lower_precision";
     case CastPolicy::f32:
       return "f32";
+    case CastPolicy::keep_input:
+      return "keep_input";
     case CastPolicy::promote:
       break;
   }
@@ -182,6 +184,11 @@ Tensors cast_inputs(AutocastOp op, const Tensors& inputs) {
       for (Tensor& t : out)
         if (eligible(t) && (t.dtype() == DType::f16 || t.dtype() == DType::bf16))
           t = t.to(DType::f32);
+      break;
+    case CastPolicy::keep_input:  // the parameters only: out[0] is the activation
+      for (size_t i = 1; i < out.size(); ++i)
+        if (eligible(out[i]) && (out[i].dtype() == DType::f16 || out[i].dtype() == DType::bf16))
+          out[i] = out[i].to(DType::f32);
       break;
     case CastPolicy::promote: {
       std::optional<DType> widest;

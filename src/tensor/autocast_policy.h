@@ -17,9 +17,10 @@
 //   (type promotion), in or out of a scope, so they need no entry.
 // Everything else (relu, gelu, pooling, dropout, embedding, views) runs in
 // its input's dtype, so an activation made in bf16 stays bf16 until an f32
-// op needs it. The choice follows torch.autocast's lists, with one
-// deliberate difference: batch_norm is f32 here, where torch runs it in the
-// input's dtype with f32 statistics inside cuDNN; see docs/amp.md.
+// op needs it. The choice follows torch.autocast's lists. batch_norm is
+// keep_input: it runs in its input's dtype (a bf16 convolution's output
+// stays bf16, no cast on either side) with f32 weight, bias, statistics and
+// arithmetic inside its kernels, as torch with cuDNN does; see docs/amp.md.
 //
 // An op frontend hooks in with one statement at its top:
 //
@@ -62,7 +63,7 @@
   X(cross_entropy, f32)                            \
   X(mse_loss, f32)                                 \
   X(layer_norm, f32)                               \
-  X(batch_norm, f32)                               \
+  X(batch_norm, keep_input)                        \
   X(sum, f32)                                      \
   X(mean, f32)                                     \
   X(var, f32)                                      \

@@ -2,6 +2,7 @@
 // Views are in tensor_views.cpp; autograd methods in src/autograd/.
 
 #include "ddp/tensor/tensor.h"
+#include "ddp/tensor/memory_format.h"
 
 #include <cstring>
 #include <sstream>
@@ -207,7 +208,8 @@ Tensor Tensor::to(Device device, DType dtype, bool non_blocking) const {
   {
     autograd::NoGradGuard no_grad;
     if (device == this->device()) {
-      out = Tensor::empty(shape(), TensorOptions(dtype).device(device));
+      // See Note [Memory-format propagation]: a cast keeps a dense layout.
+      out = empty_in_layout_of({*this}, shape(), TensorOptions(dtype).device(device));
       backend_for(device).copy(*this, out);
     } else if (dtype == this->dtype()) {
       out = transfer(*this, device, non_blocking);
@@ -229,13 +231,25 @@ Tensor Tensor::to(DType dtype) const {
   return to(device(), dtype);
 }
 
+// A differentiable copy of src into the fresh tensor out.
+static Tensor copy_into(const Tensor& src, Tensor out, const char* op) {
+  backend_for(src.device()).copy(src, out);
+  if (autograd::needs_grad({src}))
+    autograd::record(op, {src}, {out}, [](const Tensors& g) { return Tensors{g[0]}; });
+  return out;
+}
+
 Tensor Tensor::clone() const {
   check_defined("clone");
-  Tensor out = Tensor::empty(shape(), TensorOptions(dtype()).device(device()));
-  backend_for(device()).copy(*this, out);
-  if (autograd::needs_grad({*this}))
-    autograd::record("clone", {*this}, {out}, [](const Tensors& g) { return Tensors{g[0]}; });
-  return out;
+  // See Note [Memory-format propagation]: a clone keeps a dense layout.
+  const TensorOptions opts = TensorOptions(dtype()).device(device());
+  return copy_into(*this, empty_in_layout_of({*this}, shape(), opts), "clone");
+}
+
+Tensor Tensor::contiguous() const {
+  check_defined("contiguous");
+  if (is_contiguous()) return *this;
+  return copy_into(*this, Tensor::empty(shape(), TensorOptions(dtype()).device(device())), "clone");
 }
 
 // Note [In-place ops and autograd]: copy_, fill_, add_ and friends are not

@@ -281,9 +281,4 @@ Tensor Tensor::flatten(int64_t start_dim, int64_t end_dim) const {
   return reshape(shape);
 }
 
-Tensor Tensor::contiguous() const {
-  check_defined("contiguous");
-  return is_contiguous() ? *this : clone();
-}
-
 }  // namespace ddp

@@ -56,7 +56,7 @@ TEST(AutocastGpu, OutputDTypesPerCategory) {
     EXPECT_EQ(c.dtype(), low);
     EXPECT_EQ(F::scaled_dot_product_attention(q, q, q, true).dtype(), low);  // the fused kernel
     Tensor gamma = Tensor::ones({4}).cuda(), beta = Tensor::zeros({4}).cuda();
-    EXPECT_EQ(F::batch_norm(c, Tensor(), Tensor(), gamma, beta, true).dtype(), DType::f32);
+    EXPECT_EQ(F::batch_norm(c, Tensor(), Tensor(), gamma, beta, true).dtype(), low);  // keep_input
     EXPECT_EQ(F::layer_norm(y, {8}).dtype(), DType::f32);
     EXPECT_EQ(softmax(y).dtype(), DType::f32);
     EXPECT_EQ(sum(y).dtype(), DType::f32);

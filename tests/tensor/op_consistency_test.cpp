@@ -13,12 +13,13 @@
 #include <string>
 
 #include "ddp/autograd/gradcheck.h"
+#include "ddp/tensor/memory_format.h"
 #include "op_consistency_util.h"
 
 namespace ddp::op_consistency {
 namespace {
 
-// Outputs are sane: on the CPU, at most kMaxDims dims, contiguous, and
+// Outputs are sane: on the CPU, at most kMaxDims dims, dense, and
 // finite (samples keep every op in its domain: a NaN or inf is a bug).
 void expect_sane(const Tensors& ts, const char* what) {
   for (size_t k = 0; k < ts.size(); ++k) {
@@ -27,7 +28,11 @@ void expect_sane(const Tensors& ts, const char* what) {
     if (!o.defined()) continue;
     EXPECT_TRUE(o.device().is_cpu()) << o.describe();
     EXPECT_LE(o.dim(), kMaxDims) << o.describe();
-    EXPECT_TRUE(o.is_contiguous()) << o.describe();
+    // Dense: contiguous, or a permutation of contiguous that keeps a dense
+    // input's memory order (Note [Memory-format propagation]).
+    Shape dense;
+    EXPECT_TRUE(o.is_contiguous() || dense_layout_strides(o, &dense))
+        << o.describe() << " strides " << shape_str(o.strides());
     for (int64_t s : o.shape()) EXPECT_GE(s, 0) << o.describe();
     if (is_floating(o.dtype()))
       for (double v : o.to_vector<double>()) ASSERT_TRUE(std::isfinite(v)) << o.to_string();

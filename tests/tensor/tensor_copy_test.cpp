@@ -26,7 +26,7 @@ namespace {
 
 using namespace tensor_test;
 
-TEST(TensorCopy, CloneIsIndependentAndContiguous) {
+TEST(TensorCopy, CloneIsIndependentAndKeepsADenseLayout) {
   Tensor x = arange_tensor({3, 4});
   Tensor c = x.clone();
   EXPECT_FALSE(c.storage().is_same(x.storage()));
@@ -34,9 +34,19 @@ TEST(TensorCopy, CloneIsIndependentAndContiguous) {
   EXPECT_THAT(values(c), ElementsAreArray(values(x)));
   c.fill_(0);
   EXPECT_EQ(values(x)[5], 5.0);
+  // A dense view keeps its memory order (Note [Memory-format propagation]),
+  // as torch's clone does; contiguous() makes the row-major copy.
   Tensor ct = x.t().clone();
-  EXPECT_TRUE(ct.is_contiguous());
-  EXPECT_THAT(raw_values(ct), ElementsAre(0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11));
+  EXPECT_EQ(ct.strides(), x.t().strides());
+  EXPECT_FALSE(ct.storage().is_same(x.storage()));
+  EXPECT_THAT(values(ct), ElementsAre(0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11));
+  Tensor cc = x.t().contiguous();
+  EXPECT_TRUE(cc.is_contiguous());
+  EXPECT_THAT(raw_values(cc), ElementsAre(0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11));
+  // A view with gaps gives a contiguous clone.
+  Tensor cs = x.slice(1, 0, 4, 2).clone();
+  EXPECT_TRUE(cs.is_contiguous());
+  EXPECT_THAT(raw_values(cs), ElementsAre(0, 2, 4, 6, 8, 10));
   for (DType dt : kAllDTypes) EXPECT_EQ(Tensor::ones({2}, dt).clone().dtype(), dt);
 }
 

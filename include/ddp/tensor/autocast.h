@@ -75,8 +75,12 @@ DType autocast_dtype(DeviceType device_type);
 //   lower_precision: cast to the scope's dtype (bf16/f16); f64 is left alone.
 //   f32:             cast f16/bf16 to f32; f32 and f64 are left alone.
 //   promote:         cast all to the widest floating dtype among them.
-enum class CastPolicy : uint8_t { lower_precision, f32, promote };
-const char* policy_name(CastPolicy policy);  // "lower_precision", "f32", "promote"
+// keep_input: the first input (the activation) keeps its dtype and the
+// others (weight, bias) are cast to f32, for ops that compute in f32
+// internally and write the input's dtype (batch_norm, as cuDNN does).
+enum class CastPolicy : uint8_t { lower_precision, f32, promote, keep_input };
+// "lower_precision", "f32", "promote", "keep_input"
+const char* policy_name(CastPolicy policy);
 
 struct AutocastPolicyEntry {
   const char* op;  // the op's name as in ops.h / nn::functional

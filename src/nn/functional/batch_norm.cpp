@@ -9,6 +9,7 @@
 #include "ddp/autograd/node.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/functional/conv.h"
+#include "ddp/nn/functional/layout_conversions.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
 #include "nn/functional/batch_norm_detail.h"
@@ -78,6 +79,7 @@ Tensor batch_norm_kernels(const Tensor& x, const Tensor& rm, const Tensor& rv,
   const Device dev = x.device();
   const int64_t c = x.size(1);
   const bool channels_last = is_channels_last(x);
+  if (!channels_last && !x.is_contiguous()) detail::count_layout_conversion();
   Tensor xk = channels_last ? x.detach() : x.detach().contiguous();
   Tensor w = weight.defined() ? weight.detach().contiguous() : Tensor();
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
@@ -114,6 +116,8 @@ Tensor batch_norm_kernels(const Tensor& x, const Tensor& rm, const Tensor& rv,
                       need_dw, need_db, wdt, bdt, like_x](const Tensors& g) -> Tensors {
                        const Device dev = xk.device();
                        Tensor dy = g[0].detach().to(xk.dtype());
+                       if (channels_last ? !is_channels_last(dy) : !dy.is_contiguous())
+                         detail::count_layout_conversion();  // Note [Layout conversion count]
                        dy = channels_last ? to_channels_last(dy) : dy.contiguous();
                        TensorOptions o = TensorOptions(xk.dtype()).device(dev);
                        Tensor dx = need_dx ? like_x(xk.dtype()) : Tensor();

@@ -22,8 +22,11 @@
 // tensors]); weights are contiguous [O, C/G, KH, KW] on the CPU.
 
 #include "ddp/nn/functional/conv.h"
+#include "ddp/nn/functional/layout_conversions.h"
 
 #include <fmt/format.h>
+
+#include <atomic>
 
 #include "tensor/autocast_policy.h"
 #include "ddp/autograd/node.h"
@@ -82,6 +85,14 @@ Tensor to_channels_last(const Tensor& t) {
   return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
 }
 
+namespace {
+std::atomic<int64_t> g_layout_conversions{0};
+}
+int64_t layout_conversion_count() { return g_layout_conversions.load(std::memory_order_relaxed); }
+void detail::count_layout_conversion() {
+  g_layout_conversions.fetch_add(1, std::memory_order_relaxed);
+}
+
 Tensor empty_nchw(const Shape& shape, DType dtype, Device device, bool channels_last) {
   TensorOptions opts = TensorOptions(dtype).device(device);
   if (!channels_last) return Tensor::empty(shape, opts);
@@ -92,20 +103,23 @@ namespace {
 
 // x's layout for the kernels: NHWC-strided or contiguous NCHW.
 Tensor in_layout(const Tensor& t, bool channels_last) {
-  if (channels_last) return is_channels_last(t) ? t : to_channels_last(t.detach());
-  return t.contiguous();
+  if (channels_last ? is_channels_last(t) : t.is_contiguous()) return t;
+  detail::count_layout_conversion();  // Note [Layout conversion count]
+  return channels_last ? to_channels_last(t.detach()) : t.contiguous();
 }
 
 // See Note [NCHW convolutions on the CPU] (f32, CPU).
 Tensor to_nhwc_cpu(const Tensor& t) {
   if (is_channels_last(t)) return t;
   if (t.size(1) == 1) return to_channels_last(t);  // a view, no copy
+  detail::count_layout_conversion();
   Tensor out = empty_nchw(t.shape(), t.dtype(), t.device(), /*channels_last=*/true);
   conv_detail::onednn::copy_layout(t, out);
   return out;
 }
 Tensor to_nchw_cpu(const Tensor& t) {
   if (t.is_contiguous()) return t;
+  detail::count_layout_conversion();
   Tensor out = Tensor::empty(t.shape(), t.dtype());
   conv_detail::onednn::copy_layout(t, out);
   return out;

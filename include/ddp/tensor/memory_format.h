@@ -1,0 +1,28 @@
+#pragma once
+// New tensors laid out like existing ones (src/tensor/memory_format.cpp).
+
+#include <vector>
+
+#include "ddp/tensor/tensor.h"
+
+namespace ddp {
+// Note [Memory-format propagation]
+// A new tensor made from existing ones (an elementwise result, a cast, a
+// clone, a gradient) keeps the memory order of its dense input, as torch's
+// preserve_format does: a channels-last [N, C, H, W] activation gives a
+// channels-last result, so a channels-last model never pays a reorder
+// between its convolutions. "Dense" means non-overlapping with no gaps (a
+// permutation of a contiguous tensor); an expanded, sliced or strided view
+// decides nothing. Among several inputs, the first one with the result's
+// shape that is dense decides (a contiguous first input keeps the result
+// contiguous, like torch's TensorIterator); broadcast inputs never decide.
+//
+// true and *strides = like's dim order applied to like's own shape when like
+// is dense; false (strides untouched) otherwise.
+bool dense_layout_strides(const Tensor& like, Shape* strides);
+// An uninitialised tensor of `shape` laid out like the first dense tensor
+// in `like` that has that shape; contiguous when none has.
+Tensor empty_in_layout_of(const std::vector<Tensor>& like, const Shape& shape,
+                          TensorOptions opts);
+
+}  // namespace ddp
