@@ -145,8 +145,9 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
                        const Tensor& weight, const Tensor& bias, double momentum, double eps,
                        const std::shared_ptr<dist::ProcessGroup>& group,
                        const std::string& who_in) {
-  // batch_norm's policy (f32), so that the result's dtype does not depend on
-  // the world size (at 1 SyncBatchNorm runs nn::functional::batch_norm).
+  // batch_norm's policy (keep the input's precision, f32 parameters), so that
+  // the result's dtype does not depend on the world size (at 1 SyncBatchNorm
+  // runs nn::functional::batch_norm).
   if (amp::detail::autocast_active())  // See Note [Autocast policy]
     return amp::detail::autocast_call(
         amp::detail::AutocastOp::batch_norm, {x, weight, bias}, [&](const Tensors& t) {
