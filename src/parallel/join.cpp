@@ -74,6 +74,19 @@ Join::Join(std::vector<DistributedDataParallelBase*> models, JoinOptions options
     DDP_CHECK_T(ValueError, models_[k] != nullptr, "Join: model {} is null", k);
     DDP_CHECK_T(ValueError, &models_[k]->group() == &models_[0]->group(),
                 "Join: model {} uses a different process group than model 0", k);
+    // A joined rank shadows only the collectives Note [Join] lists; these
+    // issue others (timed allreduces and a plan broadcast; reduce-scatters
+    // and all-gathers), which it would leave unanswered.
+    const BucketAutoTuner* tuner = models_[k]->bucket_tuner();
+    DDP_CHECK_T(ValueError, tuner == nullptr || tuner->done(),
+                "Join: model {} is still choosing its buckets (auto_bucket_size); a rank that "
+                "joins early cannot shadow that. Enter the join after auto_bucket_iterations + 2 "
+                "iterations, or set bucket_cap_mb instead",
+                k);
+    DDP_CHECK_T(ValueError, !models_[k]->has_forward_pre_hooks(),
+                "Join: model {} has a forward pre-hook (a ZeroRedundancyOptimizer); Join does not "
+                "shadow ZeRO-1's reduce-scatters and all-gathers",
+                k);
   }
 }
 

@@ -264,4 +264,27 @@ TEST(JoinErrors, BadArguments) {
   EXPECT_EQ(ran, 1);
 }
 
+// Models whose collectives a joined rank would not shadow are refused up
+// front, with the reason, instead of hanging the others later.
+TEST(JoinErrors, RefusesModelsItCannotShadow) {
+  auto groups = thread_groups(1);
+  DistributedDataParallel<Net> tuning(std::make_shared<Net>(), groups[0],
+                                      {.auto_bucket_size = true});
+  try {
+    Join join({&tuning});
+    FAIL() << "Join accepted a model still choosing its buckets";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("auto_bucket_size"), std::string::npos) << e.what();
+  }
+  DistributedDataParallel<Net> hooked(std::make_shared<Net>(), groups[0]);
+  hooked.register_forward_pre_hook([] {});
+  try {
+    Join join({&hooked});
+    FAIL() << "Join accepted a model with a forward pre-hook";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("ZeroRedundancyOptimizer"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace

@@ -98,6 +98,7 @@ class DistributedDataParallelBase {
   void register_forward_pre_hook(std::function<void()> fn) {
     forward_pre_hooks_.push_back(std::move(fn));
   }
+  bool has_forward_pre_hooks() const { return !forward_pre_hooks_.empty(); }
 
   // Gradient accumulation: backward passes whose forward ran inside the
   // scope only accumulate into .grad locally; the first backward after it
