@@ -491,7 +491,7 @@ void ProcessGroupMPI::set_timeout(std::chrono::milliseconds t) {
 }
 
 ProcessGroupMPI::~ProcessGroupMPI() {
-  impl_->queue->stop();  // never stuck in MPI: waits end at the timeout
+  impl_->queue->stop();      // never stuck in MPI: waits end at the timeout
   impl_->responder.reset();  // before the recorder and its communicator go
   MpiGlobal& g = mpi_global();
   std::lock_guard<std::mutex> lk(g.mu);

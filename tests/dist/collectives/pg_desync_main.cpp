@@ -106,8 +106,9 @@ int main(int argc, char** argv) {
     // The odd rank's state, as the heartbeat (gloo) or the liveness ping
     // (mpi) tells it.
     if (scenario == "sleep")
-      want.push_back(fmt_rank(odd) + " is alive but busy outside the roll call, at allreduce #2 "
-                                     "(step 1) done, nothing issued since");
+      want.push_back(fmt_rank(odd) +
+                     " is alive but busy outside the roll call, at allreduce #2 "
+                     "(step 1) done, nothing issued since");
     if (scenario == "killed") want.push_back(fmt_rank(odd) + " is lost (no answer, no ");
     bool ok = s <= kTimeoutS + 10.0;
     for (const std::string& w : want) ok = ok && msg.find(w) != std::string::npos;
