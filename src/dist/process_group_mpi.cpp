@@ -20,7 +20,9 @@
 // are kept alive on purpose, never freed, and the group is broken (every
 // later call raises the same error). Before raising, the timed-out ranks
 // exchange their flight-recorder positions over a second communicator
-// (Note [Desync report]) for up to min(5 s, timeout). The destructor of a
+// (Note [Desync report]) for up to min(5 s, timeout), then ping the ranks
+// that sent none, to tell busy from lost (Note [MPI liveness] in
+// desync_exchange_mpi.h). The destructor of a
 // broken group neither frees its communicator nor waits for the request,
 // and the atexit handler then skips MPI_Finalize (it could wait on the
 // posted collective): the process should end, and mpirun will say that a
@@ -192,6 +194,8 @@ struct ProcessGroupMPI::Impl final : HostTransport {
 
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm report_comm = MPI_COMM_NULL;  // the desync report's exchange (Note [MPI timeouts])
+  MPI_Comm ping_comm = MPI_COMM_NULL;    // liveness pings (Note [MPI liveness])
+  std::unique_ptr<LivenessResponder> responder;  // under MPI_THREAD_MULTIPLE only
   std::atomic<int64_t> timeout_ms{0};
   const FlightRecorder* recorder = nullptr;
   std::mutex broken_mu;
@@ -270,7 +274,7 @@ struct ProcessGroupMPI::Impl final : HostTransport {
     // After an error (not a timeout) the other ranks may still sit in the
     // collective until their own timeout: wait for their answers that long.
     std::string report = exchange_positions_mpi(
-        report_comm, rank, size, recorder,
+        report_comm, responder ? ping_comm : MPI_COMM_NULL, rank, size, recorder,
         std::chrono::milliseconds(std::max<int64_t>(timeout_ms.load(), 1)),
         timed_out ? std::chrono::milliseconds(0) : std::chrono::milliseconds(timeout_ms.load()),
         abandoned);
@@ -421,6 +425,9 @@ ProcessGroupMPI::ProcessGroupMPI(int rank, int size, std::unique_ptr<Impl> impl)
     : HostProcessGroup(rank, size), impl_(std::move(impl)) {
   impl_->timeout_ms = timeout().count();  // the default until set_timeout()
   impl_->recorder = &flight_recorder();
+  if (impl_->ping_comm != MPI_COMM_NULL && size > 1)
+    impl_->responder = std::make_unique<detail::LivenessResponder>(
+        impl_->ping_comm, [r = impl_->recorder] { return r->position(); });
   impl_->start();
 }
 
@@ -462,6 +469,11 @@ std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create() {
   DDP_MPI_CALL("ProcessGroupMPI::create (MPI_Comm_dup)", world_rank,
                MPI_Comm_dup(MPI_COMM_WORLD, &impl->report_comm));
   MPI_Comm_set_errhandler(impl->report_comm, MPI_ERRORS_RETURN);
+  if (g.thread_level == MPI_THREAD_MULTIPLE) {  // the responder is a second thread in MPI
+    DDP_MPI_CALL("ProcessGroupMPI::create (MPI_Comm_dup)", world_rank,
+                 MPI_Comm_dup(MPI_COMM_WORLD, &impl->ping_comm));
+    MPI_Comm_set_errhandler(impl->ping_comm, MPI_ERRORS_RETURN);
+  }
   MPI_Comm_rank(impl->comm, &impl->rank);
   MPI_Comm_size(impl->comm, &impl->size);
   void* ub = nullptr;
@@ -479,7 +491,8 @@ void ProcessGroupMPI::set_timeout(std::chrono::milliseconds t) {
 }
 
 ProcessGroupMPI::~ProcessGroupMPI() {
-  impl_->queue->stop();  // never stuck in MPI: waits end at the timeout
+  impl_->queue->stop();      // never stuck in MPI: waits end at the timeout
+  impl_->responder.reset();  // before the recorder and its communicator go
   MpiGlobal& g = mpi_global();
   std::lock_guard<std::mutex> lk(g.mu);
   int finalized = 0;
@@ -490,6 +503,7 @@ ProcessGroupMPI::~ProcessGroupMPI() {
   if (!finalized && !broken) {
     if (impl_->comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->comm);
     if (impl_->report_comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->report_comm);
+    if (impl_->ping_comm != MPI_COMM_NULL) MPI_Comm_free(&impl_->ping_comm);
   }
   --g.live_groups;
 }

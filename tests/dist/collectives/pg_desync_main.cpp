@@ -3,22 +3,26 @@
 // DDP_DEBUG=detail, with the collective check's error (Note [Collective
 // check mode]). Run by ctest through ddprun (gloo) and mpirun (mpi).
 //
-//   pg_desync_main --backend gloo|mpi --scenario skip|shape|sleep [--odd R]
+//   pg_desync_main --backend gloo|mpi --scenario skip|shape|sleep|killed [--odd R]
 //
 // Every rank issues allreduce "step 1", allreduce "step 2", barrier "step 3";
 // the odd rank (default 1) skips step 2 (skip), passes a longer tensor in
-// step 2 (shape), or sleeps instead of step 2 and issues nothing more
-// (sleep). Each rank prints one line "rank N: PASS ..." when it saw what it
+// step 2 (shape), sleeps instead of step 2 and issues nothing more (sleep:
+// the others must call it alive but busy), or raises SIGKILL on itself
+// while its (16 MiB) step 2 is in flight (killed: the others must call it
+// lost). Each rank prints one line "rank N: PASS ..." when it saw what it
 // should, or "rank N: odd rank, done" for an odd rank that saw no error; the
 // ctest checks that every rank printed one (expect_lines.sh), since mpirun's
 // exit status is not the ranks' (a timed-out MPI rank skips MPI_Finalize:
 // Note [MPI timeouts]).
 
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ddp/core/error.h"
 #include "ddp/dist/flight_recorder.h"
@@ -26,6 +30,8 @@
 
 using namespace ddp;
 using namespace ddp::dist;
+
+static std::string fmt_rank(int r) { return "rank " + std::to_string(r); }
 
 int main(int argc, char** argv) {
   std::string backend = "gloo", scenario = "sleep";
@@ -63,7 +69,19 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::seconds(14));
       return 0;
     }
-    if (!(is_odd && scenario == "skip")) {
+    if (scenario == "killed") {
+      // Long enough to be in flight when the odd rank dies.
+      CollectiveTag tag("step 2");
+      Tensor b = Tensor::ones({int64_t(1) << 22});
+      auto work = g.allreduce({b});
+      if (is_odd) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        std::fprintf(stderr, "rank %d: killing myself mid-allreduce\n", rank);
+        std::fflush(stderr);
+        std::raise(SIGKILL);
+      }
+      work->wait();
+    } else if (!(is_odd && scenario == "skip")) {
       CollectiveTag tag("step 2");
       Tensor b = Tensor::ones({is_odd && scenario == "shape" ? 5 : 4});
       g.allreduce({b})->wait();
@@ -83,9 +101,17 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const std::string msg = e.what();
-    const std::string want =
-        detail && scenario == "shape" ? "differs across ranks (DDP_DEBUG=detail)" : "desync report:";
-    const bool ok = msg.find(want) != std::string::npos && s <= kTimeoutS + 10.0;
+    std::vector<std::string> want = {"desync report:"};
+    if (detail && scenario == "shape") want = {"differs across ranks (DDP_DEBUG=detail)"};
+    // The odd rank's state, as the heartbeat (gloo) or the liveness ping
+    // (mpi) tells it.
+    if (scenario == "sleep")
+      want.push_back(fmt_rank(odd) +
+                     " is alive but busy outside the roll call, at allreduce #2 "
+                     "(step 1) done, nothing issued since");
+    if (scenario == "killed") want.push_back(fmt_rank(odd) + " is lost (no answer, no ");
+    bool ok = s <= kTimeoutS + 10.0;
+    for (const std::string& w : want) ok = ok && msg.find(w) != std::string::npos;
     std::printf("rank %d: %s after %.1f s: %s\n", rank, ok ? "PASS" : "FAIL", s, msg.c_str());
     std::fflush(stdout);
     // Under mpirun, a rank that ends first may get the others killed before
