@@ -4,15 +4,20 @@
 #include "ddp/parallel/powersgd.h"
 
 #include <cmath>
-#include <limits>
 #include <utility>
 #include <vector>
 
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "ddp/tensor/ops.h"
+#include "parallel/powersgd_kernels.h"
 
 namespace ddp::parallel {
+
+using powersgd_detail::add_error_and_project;
+using powersgd_detail::orthogonalize;
+using powersgd_detail::project_back;
+using powersgd_detail::reconstruct;
 
 void validate(const PowerSGDOptions& o) {
   if (o.matrix_approximation_rank < 1)
@@ -40,35 +45,10 @@ namespace {
 // One gradient of a bucket that is worth compressing, as an n x m matrix.
 struct Compressed {
   Tensor matrix;      // view into the bucket buffer
+  Tensor error;       // its error memory (view), when error feedback is on
   int64_t rank = 0;   // min(n, m, matrix_approximation_rank)
   int64_t p_offset = 0, q_offset = 0, error_offset = 0;
 };
-
-// The smallest positive normal number of the dtype: the floor of a column
-// norm, so that an all-zero column divides to zero rather than NaN.
-double tiny_norm(DType dtype) {
-  switch (dtype) {
-    case DType::f16: return 6.103515625e-05;
-    case DType::f64: return std::numeric_limits<double>::min();
-    default: return double(std::numeric_limits<float>::min());  // f32, bf16
-  }
-}
-
-// Gram-Schmidt on the columns of an n x r matrix (r is small), in place.
-// With epsilon = 0 this gives the Q of a thin QR factorisation (up to signs).
-void orthogonalize(Tensor matrix, double epsilon) {
-  const int64_t r = matrix.size(1);
-  const double floor = tiny_norm(matrix.dtype());
-  for (int64_t i = 0; i < r; ++i) {
-    Tensor col = matrix.narrow(1, i, 1);
-    Tensor norm = maximum(sqrt(sum(col * col)) + epsilon, floor);
-    col.copy_(col / norm);
-    if (i + 1 < r) {
-      Tensor rest = matrix.narrow(1, i + 1, r - i - 1);
-      rest.copy_(rest - sum(col * rest, {0}, true) * col);
-    }
-  }
-}
 
 // The uncompressed path: like allreduce_hook, but a sum of pre-divided
 // gradients, as the sum is the one reduction every backend has.
@@ -181,7 +161,7 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
       after += numel;
       continue;
     }
-    compressed.push_back({grad.view({n, m}), r, p_size, q_size, error_size});
+    compressed.push_back({grad.view({n, m}), Tensor(), r, p_size, q_size, error_size});
     p_size += n * r;
     q_size += m * r;
     error_size += numel;
@@ -216,16 +196,13 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
   if (compressed.empty()) return average(group, bucket);
 
   const TensorOptions opts = TensorOptions(buffer.dtype()).device(buffer.device());
-  // Note [PowerSGD error feedback]: add last residual, and keep the input in
-  // the error memory until the result is known.
-  if (options_.use_error_feedback) {
-    if (!state->error.defined()) state->error = Tensor::zeros({error_size}, opts);
-    for (Compressed& c : compressed) {
-      Tensor err = state->error.narrow(0, c.error_offset, c.matrix.numel()).view(c.matrix.shape());
-      c.matrix.add_(err);
-      err.copy_(c.matrix);
-    }
-  }
+  // Note [PowerSGD error feedback]: add last residual; the error memory
+  // keeps the input until the result is known, and is the input from here on.
+  if (options_.use_error_feedback && !state->error.defined())
+    state->error = Tensor::zeros({error_size}, opts);
+  for (Compressed& c : compressed)
+    if (options_.use_error_feedback)
+      c.error = state->error.narrow(0, c.error_offset, c.matrix.numel()).view(c.matrix.shape());
 
   // The exact part: one flat sum of every uncompressed gradient.
   Tensor flat;
@@ -250,7 +227,7 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
   for (const Compressed& c : compressed) {
     Tensor q = factor(state->q, c.q_offset, c.matrix.size(1), c.rank);
     orthogonalize(q, options_.orthogonalization_epsilon);
-    factor(state->p, c.p_offset, c.matrix.size(0), c.rank).copy_(matmul(c.matrix, q));
+    add_error_and_project(c.matrix, c.error, q, factor(state->p, c.p_offset, c.matrix.size(0), c.rank));
   }
   dist::WorkPtr p_work = group.allreduce({state->p}, dist::ReduceOp::sum);
 
@@ -272,16 +249,15 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
     for (const Compressed& c : compressed) {
       Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
       orthogonalize(p, options.orthogonalization_epsilon);
-      factor(state->q, c.q_offset, c.matrix.size(1), c.rank).copy_(matmul(c.matrix.t(), p));
+      project_back(c.error.defined() ? c.error : c.matrix, p,
+                   factor(state->q, c.q_offset, c.matrix.size(1), c.rank));
     }
     group.allreduce({state->q}, dist::ReduceOp::sum)->wait();
     state->q.mul_(inv_world);
     for (Compressed& c : compressed) {
       Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
       Tensor q = factor(state->q, c.q_offset, c.matrix.size(1), c.rank);
-      c.matrix.copy_(matmul(p, q.t()));
-      if (options.use_error_feedback)
-        state->error.narrow(0, c.error_offset, c.matrix.numel()).view(c.matrix.shape()).sub_(c.matrix);
+      reconstruct(c.matrix, c.error, p, q);
     }
     if (!options.warm_start) {
       state->p = Tensor();
