@@ -4,6 +4,7 @@
 #include "ddp/parallel/powersgd.h"
 
 #include <cmath>
+#include <exception>
 #include <utility>
 #include <vector>
 
@@ -40,7 +41,7 @@ void validate(const PowerSGDOptions& o) {
               o.orthogonalization_epsilon);
 }
 
-namespace {
+namespace powersgd_detail {
 
 // One gradient of a bucket that is worth compressing, as an n x m matrix.
 struct Compressed {
@@ -49,6 +50,11 @@ struct Compressed {
   int64_t rank = 0;   // min(n, m, matrix_approximation_rank)
   int64_t p_offset = 0, q_offset = 0, error_offset = 0;
 };
+
+}  // namespace powersgd_detail
+using powersgd_detail::Compressed;
+
+namespace {
 
 // The uncompressed path: like allreduce_hook, but a sum of pre-divided
 // gradients, as the sum is the one reduction every backend has.
@@ -70,6 +76,27 @@ struct PowerSGDState::Bucket {
   Device device = Device::cpu();
   Tensor error;  // residual of the compressed tensors, flat in bucket order
   Tensor p, q;   // the factors of the compressed tensors, flat in bucket order
+};
+
+// One compressed bucket between its launch and its finish.
+struct PowerSGDState::Step {
+  std::mutex mu;  // start_q may come from the next launch or from finish
+  bool q_started = false;
+  std::exception_ptr failure;  // of start_q, raised by finish
+  dist::ProcessGroup* group = nullptr;
+  std::shared_ptr<Bucket> state;
+  std::vector<Compressed> compressed;
+  Tensor flat;  // the uncompressed gradients, summed in place
+  dist::WorkPtr exact_work, p_work, q_work;
+  Tensors exact_views;
+  double inv_world = 1.0;
+  PowerSGDOptions options;
+
+  // Waits for the summed P; orthogonalises it, computes Q = input^T P and
+  // starts its allreduce. Once only.
+  void start_q(bool rethrow);
+  // Starts Q if not yet done, then writes the averaged gradients.
+  void finish();
 };
 
 PowerSGDState::PowerSGDState(PowerSGDOptions options)
@@ -128,6 +155,9 @@ void PowerSGDState::set_q_memory(int bucket_index, const Tensor& q) {
 }
 
 BucketWork PowerSGDState::run(dist::ProcessGroup& group, GradBucket& bucket) {
+  // Note [PowerSGD chaining]: every launch first starts the Q half of the
+  // bucket before it, on every rank alike.
+  start_pending_q();
   bool plain;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -231,40 +261,76 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
   }
   dist::WorkPtr p_work = group.allreduce({state->p}, dist::ReduceOp::sum);
 
-  // The rest needs the summed P: at the end of backward, on this thread, in
-  // bucket order on every rank, so the Q allreduce below matches up.
-  const PowerSGDOptions options = options_;
-  Tensors exact_views = uncompressed;
-  auto finish = [state, compressed, flat, exact_work, exact_views, inv_world, options,
-                 &group]() mutable {
-    if (exact_work) {
-      exact_work->wait();
-      flat.mul_(inv_world);
-      int64_t offset = 0;
-      for (Tensor& t : exact_views) {
-        t.copy_(flat.narrow(0, offset, t.numel()).view(t.shape()));
-        offset += t.numel();
+  // The rest needs the summed P. Note [PowerSGD chaining]: the Q half is
+  // started when the next bucket launches, or at the latest by finish.
+  auto step = std::make_shared<Step>();
+  step->group = &group;
+  step->state = state;
+  step->compressed = std::move(compressed);
+  step->flat = flat;
+  step->exact_work = exact_work;
+  step->exact_views = uncompressed;
+  step->p_work = p_work;
+  step->inv_world = inv_world;
+  step->options = options_;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!bucket.is_last) pending_ = step;
+  }
+  return BucketWork{std::move(p_work), [step] { step->finish(); }};
+}
+
+void PowerSGDState::start_pending_q() {
+  std::shared_ptr<Step> pending;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    pending.swap(pending_);
+  }
+  if (pending) pending->start_q(/*rethrow=*/false);
+}
+
+void PowerSGDState::Step::start_q(bool rethrow) {
+  std::lock_guard<std::mutex> g(mu);
+  if (!q_started) {
+    q_started = true;
+    try {
+      p_work->wait();
+      for (const Compressed& c : compressed) {
+        Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
+        orthogonalize(p, options.orthogonalization_epsilon);
+        project_back(c.error.defined() ? c.error : c.matrix, p,
+                     factor(state->q, c.q_offset, c.matrix.size(1), c.rank));
       }
+      q_work = group->allreduce({state->q}, dist::ReduceOp::sum);
+    } catch (...) {
+      failure = std::current_exception();
     }
-    for (const Compressed& c : compressed) {
-      Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
-      orthogonalize(p, options.orthogonalization_epsilon);
-      project_back(c.error.defined() ? c.error : c.matrix, p,
-                   factor(state->q, c.q_offset, c.matrix.size(1), c.rank));
+  }
+  if (rethrow && failure) std::rethrow_exception(failure);
+}
+
+void PowerSGDState::Step::finish() {
+  start_q(/*rethrow=*/true);
+  if (exact_work) {
+    exact_work->wait();
+    flat.mul_(inv_world);
+    int64_t offset = 0;
+    for (Tensor& t : exact_views) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view(t.shape()));
+      offset += t.numel();
     }
-    group.allreduce({state->q}, dist::ReduceOp::sum)->wait();
-    state->q.mul_(inv_world);
-    for (Compressed& c : compressed) {
-      Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
-      Tensor q = factor(state->q, c.q_offset, c.matrix.size(1), c.rank);
-      reconstruct(c.matrix, c.error, p, q);
-    }
-    if (!options.warm_start) {
-      state->p = Tensor();
-      state->q = Tensor();
-    }
-  };
-  return BucketWork{std::move(p_work), std::move(finish)};
+  }
+  q_work->wait();
+  state->q.mul_(inv_world);
+  for (const Compressed& c : compressed) {
+    Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
+    Tensor q = factor(state->q, c.q_offset, c.matrix.size(1), c.rank);
+    reconstruct(c.matrix, c.error, p, q);
+  }
+  if (!options.warm_start) {
+    state->p = Tensor();
+    state->q = Tensor();
+  }
 }
 
 CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
