@@ -98,7 +98,29 @@ void project_back_direct(const Tensor& input, const Tensor& p, const Tensor& q) 
   std::vector<T> qt(size_t(r * cols), T(0));
   const T* in = input.data<T>();
   const T* pp = p.data<T>();
-  for (int64_t i = 0; i < n; ++i) {
+  // Four rows per sweep of Q^T: a quarter of the loads and stores of Q^T
+  // (which, r rows of m, need not fit in L1), the same order of additions.
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const T* __restrict r0 = in + i * cols;
+    const T* __restrict r1 = r0 + cols;
+    const T* __restrict r2 = r1 + cols;
+    const T* __restrict r3 = r2 + cols;
+    for (int64_t k = 0; k < r; ++k) {
+      const T s0 = pp[i * r + k], s1 = pp[(i + 1) * r + k], s2 = pp[(i + 2) * r + k],
+              s3 = pp[(i + 3) * r + k];
+      T* __restrict dst = qt.data() + k * cols;
+      for (int64_t j = 0; j < cols; ++j) {
+        T d = dst[j];
+        d += s0 * r0[j];
+        d += s1 * r1[j];
+        d += s2 * r2[j];
+        d += s3 * r3[j];
+        dst[j] = d;
+      }
+    }
+  }
+  for (; i < n; ++i) {
     const T* row = in + i * cols;
     for (int64_t k = 0; k < r; ++k) {
       const T s = pp[i * r + k];
@@ -119,13 +141,43 @@ void reconstruct_direct(const Tensor& m, const Tensor& error, const Tensor& p, c
   T* ep = error.defined() ? error.data<T>() : nullptr;
   const T* pp = p.data<T>();
   for (int64_t i = 0; i < n; ++i) {
-    T* row = mp + i * cols;
-    const T s0 = pp[i * r];
-    for (int64_t j = 0; j < cols; ++j) row[j] = s0 * qt[size_t(j)];
-    for (int64_t k = 1; k < r; ++k) {
-      const T s = pp[i * r + k];
+    T* __restrict row = mp + i * cols;
+    const T* s = pp + i * r;
+    int64_t k = 0;
+    // Four columns of Q per sweep of the row (fewer loads and stores of
+    // the row), adding in the same order as one at a time.
+    for (; k + 4 <= r; k += 4) {
+      const T* __restrict q0 = qt.data() + k * cols;
+      const T* __restrict q1 = q0 + cols;
+      const T* __restrict q2 = q1 + cols;
+      const T* __restrict q3 = q2 + cols;
+      const T s0 = s[k], s1 = s[k + 1], s2 = s[k + 2], s3 = s[k + 3];
+      if (k == 0) {
+        for (int64_t j = 0; j < cols; ++j) {
+          T v = s0 * q0[j];
+          v += s1 * q1[j];
+          v += s2 * q2[j];
+          v += s3 * q3[j];
+          row[j] = v;
+        }
+      } else {
+        for (int64_t j = 0; j < cols; ++j) {
+          T v = row[j] + s0 * q0[j];
+          v += s1 * q1[j];
+          v += s2 * q2[j];
+          v += s3 * q3[j];
+          row[j] = v;
+        }
+      }
+    }
+    if (k == 0) {
+      for (int64_t j = 0; j < cols; ++j) row[j] = s[0] * qt[size_t(j)];
+      k = 1;
+    }
+    for (; k < r; ++k) {
+      const T sk = s[k];
       const T* src = qt.data() + k * cols;
-      for (int64_t j = 0; j < cols; ++j) row[j] += s * src[j];
+      for (int64_t j = 0; j < cols; ++j) row[j] += sk * src[j];
     }
     if (ep) {
       T* e = ep + i * cols;
