@@ -17,9 +17,12 @@ namespace {
 // norm, so that an all-zero column divides to zero rather than NaN.
 double tiny_norm(DType dtype) {
   switch (dtype) {
-    case DType::f16: return 6.103515625e-05;
-    case DType::f64: return std::numeric_limits<double>::min();
-    default: return double(std::numeric_limits<float>::min());  // f32, bf16
+    case DType::f16:
+      return 6.103515625e-05;
+    case DType::f64:
+      return std::numeric_limits<double>::min();
+    default:
+      return double(std::numeric_limits<float>::min());  // f32, bf16
   }
 }
 
