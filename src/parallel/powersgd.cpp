@@ -4,15 +4,21 @@
 #include "ddp/parallel/powersgd.h"
 
 #include <cmath>
-#include <limits>
+#include <exception>
 #include <utility>
 #include <vector>
 
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "ddp/tensor/ops.h"
+#include "parallel/powersgd_kernels.h"
 
 namespace ddp::parallel {
+
+using powersgd_detail::add_error_and_project;
+using powersgd_detail::orthogonalize;
+using powersgd_detail::project_back;
+using powersgd_detail::reconstruct;
 
 void validate(const PowerSGDOptions& o) {
   if (o.matrix_approximation_rank < 1)
@@ -35,40 +41,20 @@ void validate(const PowerSGDOptions& o) {
               o.orthogonalization_epsilon);
 }
 
-namespace {
+namespace powersgd_detail {
 
 // One gradient of a bucket that is worth compressing, as an n x m matrix.
 struct Compressed {
   Tensor matrix;      // view into the bucket buffer
+  Tensor error;       // its error memory (view), when error feedback is on
   int64_t rank = 0;   // min(n, m, matrix_approximation_rank)
   int64_t p_offset = 0, q_offset = 0, error_offset = 0;
 };
 
-// The smallest positive normal number of the dtype: the floor of a column
-// norm, so that an all-zero column divides to zero rather than NaN.
-double tiny_norm(DType dtype) {
-  switch (dtype) {
-    case DType::f16: return 6.103515625e-05;
-    case DType::f64: return std::numeric_limits<double>::min();
-    default: return double(std::numeric_limits<float>::min());  // f32, bf16
-  }
-}
+}  // namespace powersgd_detail
+using powersgd_detail::Compressed;
 
-// Gram-Schmidt on the columns of an n x r matrix (r is small), in place.
-// With epsilon = 0 this gives the Q of a thin QR factorisation (up to signs).
-void orthogonalize(Tensor matrix, double epsilon) {
-  const int64_t r = matrix.size(1);
-  const double floor = tiny_norm(matrix.dtype());
-  for (int64_t i = 0; i < r; ++i) {
-    Tensor col = matrix.narrow(1, i, 1);
-    Tensor norm = maximum(sqrt(sum(col * col)) + epsilon, floor);
-    col.copy_(col / norm);
-    if (i + 1 < r) {
-      Tensor rest = matrix.narrow(1, i + 1, r - i - 1);
-      rest.copy_(rest - sum(col * rest, {0}, true) * col);
-    }
-  }
-}
+namespace {
 
 // The uncompressed path: like allreduce_hook, but a sum of pre-divided
 // gradients, as the sum is the one reduction every backend has.
@@ -90,6 +76,27 @@ struct PowerSGDState::Bucket {
   Device device = Device::cpu();
   Tensor error;  // residual of the compressed tensors, flat in bucket order
   Tensor p, q;   // the factors of the compressed tensors, flat in bucket order
+};
+
+// One compressed bucket between its launch and its finish.
+struct PowerSGDState::Step {
+  std::mutex mu;  // start_q may come from the next launch or from finish
+  bool q_started = false;
+  std::exception_ptr failure;  // of start_q, raised by finish
+  dist::ProcessGroup* group = nullptr;
+  std::shared_ptr<Bucket> state;
+  std::vector<Compressed> compressed;
+  Tensor flat;  // the uncompressed gradients, summed in place
+  dist::WorkPtr exact_work, p_work, q_work;
+  Tensors exact_views;
+  double inv_world = 1.0;
+  PowerSGDOptions options;
+
+  // Waits for the summed P; orthogonalises it, computes Q = input^T P and
+  // starts its allreduce. Once only.
+  void start_q(bool rethrow);
+  // Starts Q if not yet done, then writes the averaged gradients.
+  void finish();
 };
 
 PowerSGDState::PowerSGDState(PowerSGDOptions options)
@@ -148,6 +155,9 @@ void PowerSGDState::set_q_memory(int bucket_index, const Tensor& q) {
 }
 
 BucketWork PowerSGDState::run(dist::ProcessGroup& group, GradBucket& bucket) {
+  // Note [PowerSGD chaining]: every launch first starts the Q half of the
+  // bucket before it, on every rank alike.
+  start_pending_q();
   bool plain;
   {
     std::lock_guard<std::mutex> g(mu_);
@@ -181,7 +191,7 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
       after += numel;
       continue;
     }
-    compressed.push_back({grad.view({n, m}), r, p_size, q_size, error_size});
+    compressed.push_back({grad.view({n, m}), Tensor(), r, p_size, q_size, error_size});
     p_size += n * r;
     q_size += m * r;
     error_size += numel;
@@ -216,16 +226,13 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
   if (compressed.empty()) return average(group, bucket);
 
   const TensorOptions opts = TensorOptions(buffer.dtype()).device(buffer.device());
-  // Note [PowerSGD error feedback]: add last residual, and keep the input in
-  // the error memory until the result is known.
-  if (options_.use_error_feedback) {
-    if (!state->error.defined()) state->error = Tensor::zeros({error_size}, opts);
-    for (Compressed& c : compressed) {
-      Tensor err = state->error.narrow(0, c.error_offset, c.matrix.numel()).view(c.matrix.shape());
-      c.matrix.add_(err);
-      err.copy_(c.matrix);
-    }
-  }
+  // Note [PowerSGD error feedback]: add last residual; the error memory
+  // keeps the input until the result is known, and is the input from here on.
+  if (options_.use_error_feedback && !state->error.defined())
+    state->error = Tensor::zeros({error_size}, opts);
+  for (Compressed& c : compressed)
+    if (options_.use_error_feedback)
+      c.error = state->error.narrow(0, c.error_offset, c.matrix.numel()).view(c.matrix.shape());
 
   // The exact part: one flat sum of every uncompressed gradient.
   Tensor flat;
@@ -250,45 +257,80 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
   for (const Compressed& c : compressed) {
     Tensor q = factor(state->q, c.q_offset, c.matrix.size(1), c.rank);
     orthogonalize(q, options_.orthogonalization_epsilon);
-    factor(state->p, c.p_offset, c.matrix.size(0), c.rank).copy_(matmul(c.matrix, q));
+    add_error_and_project(c.matrix, c.error, q, factor(state->p, c.p_offset, c.matrix.size(0), c.rank));
   }
   dist::WorkPtr p_work = group.allreduce({state->p}, dist::ReduceOp::sum);
 
-  // The rest needs the summed P: at the end of backward, on this thread, in
-  // bucket order on every rank, so the Q allreduce below matches up.
-  const PowerSGDOptions options = options_;
-  Tensors exact_views = uncompressed;
-  auto finish = [state, compressed, flat, exact_work, exact_views, inv_world, options,
-                 &group]() mutable {
-    if (exact_work) {
-      exact_work->wait();
-      flat.mul_(inv_world);
-      int64_t offset = 0;
-      for (Tensor& t : exact_views) {
-        t.copy_(flat.narrow(0, offset, t.numel()).view(t.shape()));
-        offset += t.numel();
+  // The rest needs the summed P. Note [PowerSGD chaining]: the Q half is
+  // started when the next bucket launches, or at the latest by finish.
+  auto step = std::make_shared<Step>();
+  step->group = &group;
+  step->state = state;
+  step->compressed = std::move(compressed);
+  step->flat = flat;
+  step->exact_work = exact_work;
+  step->exact_views = uncompressed;
+  step->p_work = p_work;
+  step->inv_world = inv_world;
+  step->options = options_;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    if (!bucket.is_last) pending_ = step;
+  }
+  return BucketWork{std::move(p_work), [step] { step->finish(); }};
+}
+
+void PowerSGDState::start_pending_q() {
+  std::shared_ptr<Step> pending;
+  {
+    std::lock_guard<std::mutex> g(mu_);
+    pending.swap(pending_);
+  }
+  if (pending) pending->start_q(/*rethrow=*/false);
+}
+
+void PowerSGDState::Step::start_q(bool rethrow) {
+  std::lock_guard<std::mutex> g(mu);
+  if (!q_started) {
+    q_started = true;
+    try {
+      p_work->wait();
+      for (const Compressed& c : compressed) {
+        Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
+        orthogonalize(p, options.orthogonalization_epsilon);
+        project_back(c.error.defined() ? c.error : c.matrix, p,
+                     factor(state->q, c.q_offset, c.matrix.size(1), c.rank));
       }
+      q_work = group->allreduce({state->q}, dist::ReduceOp::sum);
+    } catch (...) {
+      failure = std::current_exception();
     }
-    for (const Compressed& c : compressed) {
-      Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
-      orthogonalize(p, options.orthogonalization_epsilon);
-      factor(state->q, c.q_offset, c.matrix.size(1), c.rank).copy_(matmul(c.matrix.t(), p));
+  }
+  if (rethrow && failure) std::rethrow_exception(failure);
+}
+
+void PowerSGDState::Step::finish() {
+  start_q(/*rethrow=*/true);
+  if (exact_work) {
+    exact_work->wait();
+    flat.mul_(inv_world);
+    int64_t offset = 0;
+    for (Tensor& t : exact_views) {
+      t.copy_(flat.narrow(0, offset, t.numel()).view(t.shape()));
+      offset += t.numel();
     }
-    group.allreduce({state->q}, dist::ReduceOp::sum)->wait();
-    state->q.mul_(inv_world);
-    for (Compressed& c : compressed) {
-      Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
-      Tensor q = factor(state->q, c.q_offset, c.matrix.size(1), c.rank);
-      c.matrix.copy_(matmul(p, q.t()));
-      if (options.use_error_feedback)
-        state->error.narrow(0, c.error_offset, c.matrix.numel()).view(c.matrix.shape()).sub_(c.matrix);
-    }
-    if (!options.warm_start) {
-      state->p = Tensor();
-      state->q = Tensor();
-    }
-  };
-  return BucketWork{std::move(p_work), std::move(finish)};
+  }
+  q_work->wait();
+  state->q.mul_(inv_world);
+  for (const Compressed& c : compressed) {
+    Tensor p = factor(state->p, c.p_offset, c.matrix.size(0), c.rank);
+    Tensor q = factor(state->q, c.q_offset, c.matrix.size(1), c.rank);
+    reconstruct(c.matrix, c.error, p, q);
+  }
+  if (!options.warm_start) {
+    state->p = Tensor();
+    state->q = Tensor();
+  }
 }
 
 CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {

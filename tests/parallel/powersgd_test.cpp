@@ -122,6 +122,58 @@ TEST(PowerSGD, MatchesTheReferenceWithErrorFeedbackOnly) {
 
 // Error feedback loses nothing: on one rank, what the hook handed back over
 // k iterations plus the error it keeps is exactly what went in.
+// Note [PowerSGD chaining]: launching bucket 1 starts bucket 0's Q
+// allreduce. Launching both buckets before finishing either (as DDP does)
+// must give the same gradients as running them one after the other.
+TEST(PowerSGD, ChainingBucketsGivesTheSameGradientsAsOneAtATime) {
+  constexpr int world = 2;
+  const PowerSGDOptions options{.matrix_approximation_rank = 2, .start_powerSGD_iter = 2,
+                                .min_compression_rate = 1.0};
+  auto groups = thread_groups(world);
+  std::vector<CommHook> chained, one_at_a_time;
+  for (int r = 0; r < world; ++r) {
+    chained.push_back(powersgd_hook(options));
+    one_at_a_time.push_back(powersgd_hook(options));
+  }
+  for (int it = 0; it < 5; ++it) {
+    std::vector<std::vector<double>> got(world), want(world);
+    on_every_rank(world, [&](int r) {
+      auto fill = [&](GradBucket& b, int bucket) {
+        for (size_t k = 0; k < kShapes.size(); ++k)
+          b.gradients[k].copy_(Tensor::from_vector(
+              gradient_values(shape_numel(kShapes[k]), r, 100 * bucket + 10 * it + int(k)),
+              kShapes[k], TensorOptions(DType::f64)));
+      };
+      GradBucket a0 = make_bucket(kShapes, 0, false), a1 = make_bucket(kShapes, 1, true);
+      fill(a0, 0);
+      fill(a1, 1);
+      BucketWork w0 = chained[r](*groups[r], a0);
+      BucketWork w1 = chained[r](*groups[r], a1);
+      for (BucketWork* w : {&w0, &w1}) {
+        w->work->wait();
+        if (w->finish) w->finish();
+      }
+      GradBucket b0 = make_bucket(kShapes, 0, false), b1 = make_bucket(kShapes, 1, true);
+      fill(b0, 0);
+      fill(b1, 1);
+      reduce(one_at_a_time[r], *groups[r], b0);
+      reduce(one_at_a_time[r], *groups[r], b1);
+      for (const GradBucket* b : {&a0, &a1}) {
+        std::vector<double> v = b->buffer.to_vector<double>();
+        got[r].insert(got[r].end(), v.begin(), v.end());
+      }
+      for (const GradBucket* b : {&b0, &b1}) {
+        std::vector<double> v = b->buffer.to_vector<double>();
+        want[r].insert(want[r].end(), v.begin(), v.end());
+      }
+    });
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(got[r], want[r]) << "iteration " << it << " rank " << r;
+      EXPECT_EQ(got[r], got[0]) << "ranks differ at iteration " << it;
+    }
+  }
+}
+
 TEST(PowerSGD, ErrorFeedbackKeepsTheResidual) {
   auto group = ddp::test::solo();
   auto state = std::make_shared<PowerSGDState>(PowerSGDOptions{.start_powerSGD_iter = 2});

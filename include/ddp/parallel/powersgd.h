@@ -43,6 +43,19 @@
 // keeps no state. If a bucket's layout (the shapes, dtype or device of its
 // gradients) still changes after PowerSGD began, the hook raises rather than
 // apply an error that belongs to other tensors.
+//
+// Note [PowerSGD chaining]
+// P must be summed before Q = M^T P can be computed, so each compressed
+// bucket needs a second collective. Starting it at the end of backward
+// puts every bucket's Q round trip after the last gradient. Instead, each
+// hook call first finishes the previous bucket's first half (waits for its
+// summed P, orthogonalises it, computes Q and starts the Q allreduce), and
+// only then starts its own collectives; the last bucket's Q starts in its
+// finish step. The wait is short: P is small, and it was started one bucket
+// earlier. The rule depends only on the launch order, which is the same on
+// every rank, so every rank issues exact, P, then (at the next launch) Q
+// per bucket, in bucket order. That is also the order a rank that joined
+// (Join) issues, as it finishes each shadow bucket before the next.
 
 #include <cstdint>
 #include <map>
@@ -110,7 +123,9 @@ class PowerSGDState {
 
  private:
   struct Bucket;
+  struct Step;
   BucketWork compress(dist::ProcessGroup& group, GradBucket& bucket);
+  void start_pending_q();  // Note [PowerSGD chaining]
 
   PowerSGDOptions options_;
   Generator generator_;
@@ -119,6 +134,7 @@ class PowerSGDState {
   int64_t numel_before_ = 0;
   int64_t numel_after_ = 0;
   std::map<int, std::shared_ptr<Bucket>> buckets_;
+  std::shared_ptr<Step> pending_;  // launched, its Q half not yet started
 };
 
 // A CommHook running PowerSGD with its own state.
