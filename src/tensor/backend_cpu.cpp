@@ -33,7 +33,7 @@ constexpr size_t kHostAlignment = 64;
 // program's history: a DDP whose buckets were rebuilt (freeing the old
 // buffers) kept its heap; a ZeRO-1 job (rebuild_buckets off) with the same
 // step trimmed and regrew ~19 MiB several times a step (brk calls, page
-// faults in the convolution kernels' scratch memory, about 30 ms a step on
+// faults in the convolution kernels' scratch memory, about 20 ms a step on
 // ResNet-18 32x32, batch 32). The first host allocation therefore fixes the
 // thresholds at the values the dynamic rule would reach: blocks up to 32 MiB
 // come from the heap, and up to 64 MiB of free heap top is kept. A user who
