@@ -169,6 +169,21 @@ struct ProcessGroupGloo::Impl final : HostTransport {
   std::chrono::milliseconds grace{0};
   int store_host_rank = -1;
   uint32_t next_tag = 0;  // worker thread only: every rank numbers its collectives alike
+  // The ring reduce-scatter's receive and partial-sum buffers, kept between
+  // calls (worker thread only): a fresh multi-megabyte buffer per bucket and
+  // step costs its page faults every time (Note [Gloo ring reduce-scatter]).
+  struct RingBuffer {
+    std::unique_ptr<std::byte[]> data;
+    size_t bytes = 0;
+    std::byte* get(size_t n) {
+      if (n > bytes) {
+        data = std::make_unique_for_overwrite<std::byte[]>(n);
+        bytes = n;
+      }
+      return data.get();
+    }
+  };
+  RingBuffer ring_incoming, ring_partial[2];
   std::mutex broken_mu;
   std::exception_ptr broken;  // the first failure; every later call rethrows it
   std::unique_ptr<WorkQueue> queue;
@@ -322,11 +337,10 @@ struct ProcessGroupGloo::Impl final : HostTransport {
     const size_t piece = std::max(esize, kRingPieceBytes / esize * esize);
     const size_t pieces = (chunk + piece - 1) / piece;
     const uint64_t base_slot = kRingSlotPrefix | uint64_t(tag());
-    auto incoming = std::make_unique_for_overwrite<std::byte[]>(chunk);
-    std::unique_ptr<std::byte[]> partial[2];
+    std::byte* incoming = ring_incoming.get(chunk);
     std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> receivers;
     for (size_t j = 0; j < pieces; ++j)
-      receivers.push_back(ctx->createUnboundBuffer(incoming.get() + j * piece,
+      receivers.push_back(ctx->createUnboundBuffer(incoming + j * piece,
                                                    std::min(piece, chunk - j * piece)));
     with_wire_type(wire, [&](auto zero) {
       using T = decltype(zero);
@@ -337,10 +351,7 @@ struct ProcessGroupGloo::Impl final : HostTransport {
         const size_t recv_idx = size_t(((rank - s - 2) % size + size) % size);
         const bool last = s == size - 2;
         std::byte* building = static_cast<std::byte*>(out);
-        if (!last) {
-          if (!partial[s % 2]) partial[s % 2] = std::make_unique_for_overwrite<std::byte[]>(chunk);
-          building = partial[s % 2].get();
-        }
+        if (!last) building = ring_partial[s % 2].get(chunk);
         // Slots differ per step and piece (bits 32..55 below the prefix).
         auto slot = [&](size_t j) {
           return base_slot | ((uint64_t(s) * pieces + j) & 0xFFFFFF) << 32;
@@ -352,7 +363,7 @@ struct ProcessGroupGloo::Impl final : HostTransport {
         for (size_t j = 0; j < pieces; ++j) {
           receivers[j]->waitRecv(timeout());
           const size_t at = j * piece, len = std::min(piece, chunk - at);
-          combine(building + at, input + recv_idx * chunk + at, incoming.get() + at,
+          combine(building + at, input + recv_idx * chunk + at, incoming + at,
                   len / esize);
         }
         for (size_t j = 0; j < pieces; ++j) sender->waitSend(timeout());

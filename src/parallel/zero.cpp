@@ -67,8 +67,9 @@ ZeroShared::ZeroShared(DistributedDataParallelBase& ddp, Tensors model_params)
     s.chunk = (offset + world - 1) / world;
     const Tensor& first = params[assignment[b].front()];
     const TensorOptions like = TensorOptions(first.dtype()).device(first.device());
-    s.grad_chunk = Tensor::zeros({s.chunk}, like);
-    s.send = Tensor::zeros({s.chunk}, like);
+    // One rank averages nothing: its chunk is the bucket buffer itself
+    // (Note [ZeRO-1 copies]).
+    if (world > 1) s.grad_chunk = Tensor::zeros({s.chunk}, like);
     if (s.chunk * world != s.numel) s.scratch = Tensor::zeros({s.chunk * world}, like);
     const int64_t lo = rank * s.chunk, hi = std::min(lo + s.chunk, s.numel);
     for (size_t k = 0; k < s.params.size(); ++k) {
@@ -108,9 +109,17 @@ BucketWork ZeroShared::reduce_scatter_hook(dist::ProcessGroup& g, GradBucket& bu
     // all-gather, whose padding comes from the zero tail of a send buffer.
     comm = s.scratch;
   }
-  Tensors inputs;
-  for (int r = 0; r < world; ++r) inputs.push_back(comm.narrow(0, r * s.chunk, s.chunk));
-  dist::WorkPtr work = g.reduce_scatter(s.grad_chunk, inputs, dist::ReduceOp::avg);
+  dist::WorkPtr work;
+  if (world == 1) {
+    // Note [ZeRO-1 copies]: the average over one rank is the gradient as it is.
+    s.grad_chunk = s.buffer;
+    work = std::make_shared<dist::Work>("reduce_scatter");
+    work->mark_completed();
+  } else {
+    Tensors inputs;
+    for (int r = 0; r < world; ++r) inputs.push_back(comm.narrow(0, r * s.chunk, s.chunk));
+    work = g.reduce_scatter(s.grad_chunk, inputs, dist::ReduceOp::avg);
+  }
   const size_t b = size_t(bucket.index);
   return BucketWork{std::move(work), [this, b]() {
                       const BucketShard& done = buckets[b];
@@ -124,19 +133,27 @@ BucketWork ZeroShared::reduce_scatter_hook(dist::ProcessGroup& g, GradBucket& bu
                     }};
 }
 
+// Note [ZeRO-1 copies]: this rank's updated chunk is packed into its own
+// slot of the gather target, which the all-gather then fills in place.
 void ZeroShared::launch_all_gather() {
   NoGradGuard no_grad;
-  for (size_t k = 0; k < segments.size(); ++k) {
-    const ZeroSegment& seg = segments[k];
-    buckets[seg.bucket].send.narrow(0, seg.chunk_offset, seg.length).copy_(segment_params[k]);
-  }
-  for (BucketShard& s : buckets) {
+  for (BucketShard& s : buckets)
     DDP_CHECK_T(ValueError, s.buffer.defined() || s.scratch.defined(),
                 "ZeroRedundancyOptimizer.step: no backward has run through DDP yet");
-    Tensor target = s.scratch.defined() ? s.scratch : s.buffer;
+  // One rank: the step updated the parameters themselves; nothing to gather.
+  if (world == 1) return;
+  for (size_t k = 0; k < segments.size(); ++k) {
+    const ZeroSegment& seg = segments[k];
+    const BucketShard& s = buckets[seg.bucket];
+    s.gather_target()
+        .narrow(0, rank * s.chunk + seg.chunk_offset, seg.length)
+        .copy_(segment_params[k]);
+  }
+  for (BucketShard& s : buckets) {
+    const Tensor target = s.gather_target();
     Tensors outputs;
     for (int r = 0; r < world; ++r) outputs.push_back(target.narrow(0, r * s.chunk, s.chunk));
-    s.gather = group->allgather(outputs, s.send);
+    s.gather = group->allgather(outputs, outputs[size_t(rank)]);
   }
   gather_pending = true;
 }
@@ -148,10 +165,18 @@ void ZeroShared::finish_all_gather() {
     for (BucketShard& s : buckets) {
       dist::WorkPtr work = std::move(s.gather);
       work->wait(group->timeout());
-      const Tensor& from = s.scratch.defined() ? s.scratch : s.buffer;
+      const Tensor from = s.gather_target();
+      // This rank's own chunk is in the parameters already (the step wrote
+      // them through the segment views): copy the other ranks' pieces only.
+      const int64_t own_lo = rank * s.chunk, own_hi = own_lo + s.chunk;
       for (size_t k = 0; k < s.params.size(); ++k) {
         Tensor p = params[s.params[k]].detach().view({-1});
-        p.copy_(from.narrow(0, s.offsets[k], p.numel()));
+        const int64_t p_lo = s.offsets[k], p_hi = p_lo + p.numel();
+        auto copy_range = [&](int64_t a, int64_t e) {
+          if (a < e) p.narrow(0, a - p_lo, e - a).copy_(from.narrow(0, a, e - a));
+        };
+        copy_range(p_lo, std::min(p_hi, own_lo));
+        copy_range(std::max(p_lo, own_hi), p_hi);
       }
     }
   }

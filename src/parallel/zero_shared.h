@@ -19,9 +19,11 @@ struct ZeroShared {
     int64_t chunk = 0;             // ceil(numel / world)
     Tensor buffer;      // the Reducer's buffer (the model's .grad), once seen
     Tensor scratch;     // chunk * world elements, when world does not divide numel
-    Tensor grad_chunk;  // the averaged gradient of this rank's chunk
-    Tensor send;        // this rank's updated parameters, packed for the all-gather
+    Tensor grad_chunk;  // the averaged gradient of this rank's chunk (at one
+                        // rank: the buffer itself)
     dist::WorkPtr gather;
+    // Where the parameters are all-gathered (Note [ZeRO-1 copies]).
+    const Tensor& gather_target() const { return scratch.defined() ? scratch : buffer; }
   };
 
   ZeroShared(DistributedDataParallelBase& ddp, Tensors model_params);

@@ -25,10 +25,11 @@
 // flat view of the parameter's own memory, and a local SGD or AdamW steps
 // exactly those segments with the fused multi-tensor step, so optimizer
 // state exists for 1/N of the elements only. The updated chunks are then
-// all-gathered per bucket, asynchronously, into the bucket's buffer (or a
-// padded scratch when N does not divide B) and copied into the parameters
-// when the next forward starts (a forward pre-hook of DDP) or when
-// synchronize_parameters() is called. Every element of a parameter gets the
+// all-gathered per bucket, asynchronously and in place, into the bucket's
+// buffer (or a padded scratch when N does not divide B), and the other
+// ranks' pieces are copied into the parameters when the next forward starts
+// (a forward pre-hook of DDP) or when synchronize_parameters() is called
+// (Note [ZeRO-1 copies]). Every element of a parameter gets the
 // same update on its owner as plain DDP would make, so the trajectory equals
 // plain DDP's up to the rounding of the averaged gradient.
 //
@@ -39,6 +40,28 @@
 // at the next forward); the averaged gradients are the shard's
 // (param_groups()[0].params[k].grad()).
 //
+// Note [ZeRO-1 copies]
+// Plain DDP touches each gradient element a few times per step (accumulate,
+// allreduce, optimizer); ZeRO-1 must not add whole-model passes on top, or
+// at one or two ranks, where the link is cheap, it loses to plain DDP on
+// memory traffic alone. So per step and bucket:
+// - reduce-scatter: the bucket buffer's chunks are the input as they are
+//   (no packing unless N does not divide the bucket) and the average lands
+//   in the rank's grad_chunk; at N = 1 there is no collective at all and the
+//   shard's gradients are views of the bucket buffer itself;
+// - all-gather: the rank's updated segments are copied once, into its own
+//   slot of the gather target (the bucket buffer, or the padded scratch),
+//   and the all-gather fills the other slots in place, so there is no send
+//   buffer; at N = 1 there is no all-gather (the step wrote the parameters);
+// - copy back: only the other ranks' pieces are copied into the parameters;
+//   this rank's pieces are there already, since its segments are views of
+//   the parameters' own memory.
+// What remains is 1/N of the parameters packed, (N-1)/N copied back, and
+// the buffer zeroed before the next backward accumulates into it. Letting
+// the parameters live in the bucket buffers (no copy back at all) would need
+// a leaf's storage to be replaced under the module, which Tensor does not
+// offer safely.
+
 // Note [ZeRO-1 with GradScaler and clipping]
 // A GradScaler unscales only this rank's shard, so it would decide alone
 // whether to skip the step; found_inf_anywhere() (an Optimizer hook that the
