@@ -15,6 +15,7 @@
 #include "ddp/parallel/distributed.h"
 #include "ddp/tensor/ops.h"
 #include "ddp/dist/work.h"
+#include "parallel/world_of_one.h"
 
 using namespace ddp;
 using namespace ddp::parallel;
@@ -23,40 +24,7 @@ namespace {
 
 using Buckets = std::vector<std::vector<size_t>>;
 
-// A world of one: every collective completes at once and leaves the tensors
-// as they are (the average over one rank).
-class SoloGroup : public dist::ProcessGroup {
- public:
-  SoloGroup() : ProcessGroup(0, 1) {}
-  std::string backend_name() const override { return "solo"; }
-
- protected:
-  dist::WorkPtr do_allreduce(Tensors& t, dist::ReduceOp) override { return done("allreduce", t); }
-  dist::WorkPtr do_broadcast(Tensors& t, int) override { return done("broadcast", t); }
-  dist::WorkPtr do_reduce(Tensors& t, int, dist::ReduceOp) override { return done("reduce", t); }
-  dist::WorkPtr do_allgather(Tensors& o, const Tensor& in) override {
-    o[0].copy_(in);
-    return done("allgather", o);
-  }
-  dist::WorkPtr do_reduce_scatter(const Tensor& out, Tensors& in, dist::ReduceOp) override {
-    Tensor(out).copy_(in[0]);
-    return done("reduce_scatter", {out});
-  }
-  dist::WorkPtr do_all_to_all(const Tensor& out, const Tensor& in) override {
-    Tensor(out).copy_(in);
-    return done("all_to_all", {out});
-  }
-  dist::WorkPtr do_barrier() override { return done("barrier", {}); }
-  dist::WorkPtr do_send(const Tensor&, int, int) override { return done("send", {}); }
-  dist::WorkPtr do_recv(const Tensor&, int, int) override { return done("recv", {}); }
-
- private:
-  static dist::WorkPtr done(const char* what, const Tensors& t) {
-    return dist::completed_work(what, t);
-  }
-};
-
-std::shared_ptr<SoloGroup> solo() { return std::make_shared<SoloGroup>(); }
+std::shared_ptr<ddp::test::WorldOfOne> solo() { return std::make_shared<ddp::test::WorldOfOne>(); }
 
 // n parameters of `bytes` each, ready every `gap` seconds, the last
 // registered first (as backward produces them).

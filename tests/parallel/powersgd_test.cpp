@@ -17,6 +17,7 @@
 #include "ddp/tensor/ops.h"
 #include "parallel/powersgd_reference.h"
 #include "parallel/thread_group.h"
+#include "parallel/world_of_one.h"
 
 using namespace ddp;
 using namespace ddp::parallel;
@@ -228,40 +229,6 @@ TEST(PowerSGD, UncompressedTensorsAreAveragedExactly) {
   }
 }
 
-// A world of one whose collectives leave the tensors as they are: enough
-// for DDP's construction-time broadcasts. (The thread ranks above cover
-// several ranks; tests/parallel/multi/powersgd_main.cpp runs DDP across
-// processes.)
-class LocalGroup : public dist::ProcessGroup {
- public:
-  LocalGroup() : ProcessGroup(0, 1) {}
-  std::string backend_name() const override { return "local"; }
-  int allreduces = 0;
-
- protected:
-  dist::WorkPtr do_allreduce(Tensors& t, dist::ReduceOp) override {
-    ++allreduces;
-    return dist::completed_work("allreduce", t);
-  }
-  dist::WorkPtr do_broadcast(Tensors& t, int) override { return dist::completed_work("broadcast", t); }
-  dist::WorkPtr do_reduce(Tensors& t, int, dist::ReduceOp) override { return dist::completed_work("reduce", t); }
-  dist::WorkPtr do_allgather(Tensors& o, const Tensor& in) override {
-    o[0].copy_(in);
-    return dist::completed_work("allgather", o);
-  }
-  dist::WorkPtr do_reduce_scatter(const Tensor& out, Tensors& in, dist::ReduceOp) override {
-    Tensor(out).copy_(in[0]);
-    return dist::completed_work("reduce_scatter", {out});
-  }
-  dist::WorkPtr do_all_to_all(const Tensor& out, const Tensor& in) override {
-    Tensor(out).copy_(in);
-    return dist::completed_work("all_to_all", {out});
-  }
-  dist::WorkPtr do_barrier() override { return dist::completed_work("barrier"); }
-  dist::WorkPtr do_send(const Tensor&, int, int) override { return dist::completed_work("send"); }
-  dist::WorkPtr do_recv(const Tensor&, int, int) override { return dist::completed_work("recv"); }
-};
-
 std::shared_ptr<nn::Sequential> two_layers() {
   manual_seed(11);
   return std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
@@ -273,7 +240,7 @@ std::shared_ptr<nn::Sequential> two_layers() {
 // error the state keeps.
 TEST(PowerSGD, InsideDistributedDataParallel) {
   const int steps = 5;
-  auto group = std::make_shared<LocalGroup>();
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
   auto model = two_layers(), plain = two_layers();
   DistributedDataParallel<nn::Sequential> ddp_model(model, group, {});
   auto state = std::make_shared<PowerSGDState>(PowerSGDOptions{.start_powerSGD_iter = 2});

@@ -14,48 +14,12 @@
 #include "ddp/parallel/distributed.h"
 #include "ddp/tensor/ops.h"
 
+#include "parallel/world_of_one.h"
+
 using namespace ddp;
 using namespace ddp::parallel;
 
 namespace {
-
-// A world of one that records every allreduce (its element count) and
-// completes it at once.
-class RecordingGroup : public dist::ProcessGroup {
- public:
-  RecordingGroup() : ProcessGroup(0, 1) {}
-  std::string backend_name() const override { return "recording"; }
-  std::vector<int64_t> allreduce_sizes;
-  int broadcasts = 0;
-
- protected:
-  dist::WorkPtr do_allreduce(Tensors& t, dist::ReduceOp) override {
-    allreduce_sizes.push_back(t[0].numel());
-    return dist::completed_work("allreduce", t);
-  }
-  dist::WorkPtr do_broadcast(Tensors& t, int) override {
-    ++broadcasts;
-    return dist::completed_work("broadcast", t);
-  }
-  dist::WorkPtr do_reduce(Tensors& t, int, dist::ReduceOp) override {
-    return dist::completed_work("reduce", t);
-  }
-  dist::WorkPtr do_allgather(Tensors& o, const Tensor& in) override {
-    o[0].copy_(in);
-    return dist::completed_work("allgather", o);
-  }
-  dist::WorkPtr do_reduce_scatter(const Tensor& out, Tensors& in, dist::ReduceOp) override {
-    Tensor(out).copy_(in[0]);
-    return dist::completed_work("reduce_scatter", {out});
-  }
-  dist::WorkPtr do_all_to_all(const Tensor& out, const Tensor& in) override {
-    Tensor(out).copy_(in);
-    return dist::completed_work("all_to_all", {out});
-  }
-  dist::WorkPtr do_barrier() override { return dist::completed_work("barrier"); }
-  dist::WorkPtr do_send(const Tensor&, int, int) override { return dist::completed_work("send"); }
-  dist::WorkPtr do_recv(const Tensor&, int, int) override { return dist::completed_work("recv"); }
-};
 
 Tensor f32(const Shape& s) { return Tensor::zeros(s); }
 Tensor f64(const Shape& s) { return Tensor::zeros(s, DType::f64); }
@@ -102,7 +66,7 @@ TEST(AssignBuckets, BadArguments) {
 }
 
 TEST(Reducer, GradientsAreViewsIntoBucketsAndEqualPlainBackward) {
-  auto group = std::make_shared<RecordingGroup>();
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
   auto model = mlp();
   DistributedDataParallel<nn::Sequential> ddp_model(model, group, {.bucket_cap_mb = 1});
   Tensor x = randn({2, 4});
@@ -122,7 +86,7 @@ TEST(Reducer, GradientsAreViewsIntoBucketsAndEqualPlainBackward) {
 // first layer's gradient (the last of backward) is ready: the communication
 // overlaps the rest of backward.
 TEST(Reducer, LaunchesBucketsInOrderWhileBackwardRuns) {
-  auto group = std::make_shared<RecordingGroup>();
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
   auto model = mlp();
   DistributedDataParallel<nn::Sequential> ddp_model(model, group, {.bucket_cap_mb = 1e-5});
   // 1e-5 MiB = 10 bytes: every parameter its own bucket, 6 in all.
@@ -160,7 +124,7 @@ class Reversed : public nn::Module {
 };
 
 TEST(Reducer, RebuildsBucketsInTheOrderGradientsArrived) {
-  auto group = std::make_shared<RecordingGroup>();
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
   auto model = std::make_shared<Reversed>();
   DistributedDataParallel<Reversed> ddp_model(model, group, {.bucket_cap_mb = 1e-5});
   // Registration order: last.weight 0, last.bias 1, first.weight 2, first.bias 3.
@@ -189,7 +153,7 @@ TEST(Reducer, RebuildsBucketsInTheOrderGradientsArrived) {
 }
 
 TEST(Reducer, NoSyncAccumulatesLocallyAndTheNextBackwardReducesTheSum) {
-  auto group = std::make_shared<RecordingGroup>();
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
   auto model = mlp();
   DistributedDataParallel<nn::Sequential> ddp_model(model, group, {});
   Tensor x = randn({2, 4});
@@ -212,7 +176,7 @@ TEST(Reducer, NoSyncAccumulatesLocallyAndTheNextBackwardReducesTheSum) {
 }
 
 TEST(Reducer, ExistingGradientsMoveIntoTheBuckets) {
-  auto group = std::make_shared<RecordingGroup>();
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
   auto model = mlp();
   Tensor x = randn({2, 4});
   sum(model->forward(x)).backward();
@@ -227,7 +191,7 @@ TEST(Reducer, ExistingGradientsMoveIntoTheBuckets) {
 }
 
 TEST(ReducerErrors, TwoBackwardsForOneForward) {
-  auto group = std::make_shared<RecordingGroup>();
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
   auto model = mlp();
   DistributedDataParallel<nn::Sequential> ddp_model(model, group, {});
   Tensor loss = sum(ddp_model(randn({2, 4})));
@@ -243,7 +207,7 @@ TEST(ReducerErrors, TwoBackwardsForOneForward) {
 }
 
 TEST(ReducerErrors, BadConstruction) {
-  auto group = std::make_shared<RecordingGroup>();
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
   auto model = mlp();
   EXPECT_THROW(DistributedDataParallel<nn::Sequential>(nullptr, group, {}), ValueError);
   EXPECT_THROW(DistributedDataParallel<nn::Sequential>(model, nullptr, {}), ValueError);
@@ -259,7 +223,7 @@ TEST(ReducerErrors, BadConstruction) {
 }
 
 TEST(ReducerErrors, CommHooks) {
-  auto group = std::make_shared<RecordingGroup>();
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
   auto model = mlp();
   DistributedDataParallel<nn::Sequential> ddp_model(model, group, {});
   EXPECT_THROW(ddp_model.register_comm_hook(nullptr), ValueError);
