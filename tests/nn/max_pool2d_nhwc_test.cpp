@@ -78,8 +78,8 @@ void expect_layouts_agree(const Tensor& x, const Pool& p, bool nchw_dy, Generato
   if (yb.size(1) > 1 && yb.size(2) * yb.size(3) > 1)
     EXPECT_TRUE(F::is_channels_last(yb)) << "output strides " << shape_str(yb.strides());
   if (x.size(1) > 1 && x.size(2) * x.size(3) > 1)
-    EXPECT_TRUE(F::is_channels_last(b.grad())) << "gradient strides "
-                                               << shape_str(b.grad().strides());
+    EXPECT_TRUE(F::is_channels_last(b.grad()))
+        << "gradient strides " << shape_str(b.grad().strides());
 }
 
 TEST(MaxPool2dNhwcTest, MatchesNchwValuesAndGradients) {
@@ -112,10 +112,8 @@ TEST(MaxPool2dNhwcTest, KernelsRecordTheSameArgmax) {
     }
     for (const Pool& p : kPools) {
       SCOPED_TRACE(p.str() + (with_nan ? " with NaN" : ""));
-      const int64_t oh = F::conv_output_size(6, p.kernel.h, p.stride.h, p.padding.h,
-                                             p.dilation.h);
-      const int64_t ow = F::conv_output_size(7, p.kernel.w, p.stride.w, p.padding.w,
-                                             p.dilation.w);
+      const int64_t oh = F::conv_output_size(6, p.kernel.h, p.stride.h, p.padding.h, p.dilation.h);
+      const int64_t ow = F::conv_output_size(7, p.kernel.w, p.stride.w, p.padding.w, p.dilation.w);
       Tensor y = Tensor::empty({6, oh, ow}), idx = Tensor::empty({6, oh, ow}, kInt64);
       kernels::call<kernels::max_pool2d_forward>(Device::cpu(), x.view({6, 6, 7}), p.kernel,
                                                  p.stride, p.padding, p.dilation, y, idx);

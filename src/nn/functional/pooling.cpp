@@ -111,8 +111,7 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 
               "{}: input {} is too small for kernel {} (padding {}, dilation {})", who,
               x.describe(), kernel.str(), padding.str(), dilation.str());
   // NHWC kernels where the device has them (the CPU), else the planar ones.
-  if (is_channels_last(x) &&
-      kernels::has_kernel<kernels::max_pool2d_forward_nhwc>(x.device().type))
+  if (is_channels_last(x) && kernels::has_kernel<kernels::max_pool2d_forward_nhwc>(x.device().type))
     return max_pool2d_nhwc(x, kernel, stride, padding, dilation, oh, ow);
   return max_pool2d_planes(x, kernel, stride, padding, dilation, oh, ow);
 }
