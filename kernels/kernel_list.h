@@ -82,6 +82,16 @@ DDP_DECLARE_KERNEL(max_pool2d_forward, void,
 // dx (contiguous [P, H, W]) = 0, then dx[p, indices[p, i]] += dy[p, i].
 DDP_DECLARE_KERNEL(max_pool2d_backward, void,
                    (const Tensor& dy, const Tensor& indices, const Tensor& dx))
+// The same on [N, C, H, W] NHWC-strided tensors (Note [Channels-last
+// tensors]), CPU only (Note [Channels-last max_pool2d]): x, y, indices and dx
+// NHWC-strided; indices hold the same h·W + w as the planar kernel's; dy
+// [N, C, OH, OW] with any strides (read through them, so a broadcast or NCHW
+// dy needs no copy).
+DDP_DECLARE_KERNEL(max_pool2d_forward_nhwc, void,
+                   (const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 dilation,
+                    const Tensor& y, const Tensor& indices))
+DDP_DECLARE_KERNEL(max_pool2d_backward_nhwc, void,
+                   (const Tensor& dy, const Tensor& indices, const Tensor& dx))
 
 // ---- layer_norm (src/nn/functional/layer_norm.cpp) --------------------------------
 // x, y [rows, cols] contiguous; weight, bias [cols] or undefined; mean, rstd

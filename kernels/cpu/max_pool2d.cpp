@@ -61,7 +61,94 @@ void backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
     }
 }
 
+// Note [Channels-last max_pool2d]
+// On NHWC tensors a window's C values at one (h, w) are adjacent, so the
+// loops run over output positions, then the window, then the channels
+// innermost: each channel keeps its own running maximum in y and its argmax
+// in indices. Visiting the window in the same (row, column) order as the
+// planar kernel and replacing under the same rule picks the same element:
+// the first maximum, or, when the window holds NaNs, the first NaN of the
+// last row that has one (the planar kernel stops a row at its first NaN, and
+// a NaN in a later row wins again). All offsets go through the tensors'
+// strides, which also covers the size-1 dims that may have any stride.
+template <class T>
+void forward_nhwc(const Tensor& x, Int2 k, Int2 s, Int2 p, Int2 d, const Tensor& y,
+                  const Tensor& indices) {
+  const int64_t n = x.size(0), channels = x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t oh = y.size(2), ow = y.size(3);
+  const Shape &xs = x.strides(), &ys = y.strides(), &is = indices.strides();
+  const T* px = x.data<T>();
+  T* py = y.data<T>();
+  int64_t* pi = indices.data<int64_t>();
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        T* best = py + b * ys[0] + i * ys[2] + j * ys[3];
+        int64_t* arg = pi + b * is[0] + i * is[2] + j * is[3];
+        for (int64_t c = 0; c < channels; ++c) best[c * ys[1]] = T(-INFINITY), arg[c * is[1]] = -1;
+        for (int64_t a = 0; a < k.h; ++a) {
+          const int64_t r = i * s.h - p.h + a * d.h;
+          if (r < 0 || r >= h) continue;
+          for (int64_t q = 0; q < k.w; ++q) {
+            const int64_t col = j * s.w - p.w + q * d.w;
+            if (col < 0 || col >= w) continue;
+            const T* in = px + b * xs[0] + r * xs[2] + col * xs[3];
+            for (int64_t c = 0; c < channels; ++c) {
+              const T v = in[c * xs[1]];
+              T& m = best[c * ys[1]];
+              int64_t& at = arg[c * is[1]];
+              if (at < 0 || v > m || (std::isnan(v) && !(std::isnan(m) && at / w == r)))
+                m = v, at = r * w + col;
+            }
+          }
+        }
+      }
+}
+
+template <class T>
+void backward_nhwc(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
+  const int64_t n = dx.size(0), channels = dx.size(1), w = dx.size(3);
+  const int64_t oh = dy.size(2), ow = dy.size(3);
+  const Shape &gs = dy.strides(), &is = indices.strides(), &xs = dx.strides();
+  const T* pdy = dy.data<T>();
+  const int64_t* pi = indices.data<int64_t>();
+  T* pdx = dx.data<T>();
+  for (int64_t e = 0; e < dx.numel(); ++e) pdx[e] = T(0);  // dense: numel elements from pdx
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t i = 0; i < oh; ++i)
+      for (int64_t j = 0; j < ow; ++j) {
+        const T* g = pdy + b * gs[0] + i * gs[2] + j * gs[3];
+        const int64_t* arg = pi + b * is[0] + i * is[2] + j * is[3];
+        T* out = pdx + b * xs[0];
+        for (int64_t c = 0; c < channels; ++c) {
+          const int64_t idx = arg[c * is[1]];
+          if (idx >= 0) out[(idx / w) * xs[2] + (idx % w) * xs[3] + c * xs[1]] += g[c * gs[1]];
+        }
+      }
+}
+
+void check_float(const Tensor& t) {
+  DDP_CHECK_T(DTypeError, t.dtype() == DType::f32 || t.dtype() == DType::f64,
+              "max_pool2d CPU kernel: f32 or f64, got {}", t.describe());
+}
+
 }  // namespace
+
+DDP_REGISTER_KERNEL(max_pool2d_forward_nhwc, CPU,
+                    [](const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 dilation,
+                       const Tensor& y, const Tensor& indices) {
+                      check_float(x);
+                      x.dtype() == DType::f32
+                          ? forward_nhwc<float>(x, kernel, stride, padding, dilation, y, indices)
+                          : forward_nhwc<double>(x, kernel, stride, padding, dilation, y, indices);
+                    })
+
+DDP_REGISTER_KERNEL(max_pool2d_backward_nhwc, CPU,
+                    [](const Tensor& dy, const Tensor& indices, const Tensor& dx) {
+                      check_float(dy);
+                      dy.dtype() == DType::f32 ? backward_nhwc<float>(dy, indices, dx)
+                                               : backward_nhwc<double>(dy, indices, dx);
+                    })
 
 DDP_REGISTER_KERNEL(max_pool2d_forward, CPU,
                     [](const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 dilation,

@@ -1,7 +1,8 @@
 // Channels-last end to end: a ResNet given an NHWC input keeps every
-// convolution's input and output, and their gradients, NHWC through the
-// forward and the backward, with no layout conversion after the input
-// (Note [Memory-format propagation], Note [Layout conversion count]).
+// convolution's and max pool's input and output, and their gradients, NHWC
+// through the forward and the backward, with no layout conversion after the
+// input in conv2d, batch_norm or max_pool2d (Note [Memory-format
+// propagation], Note [Layout conversion count]).
 
 #include <gtest/gtest.h>
 
@@ -24,7 +25,8 @@ using nn::models::BasicBlock;
 using nn::models::Bottleneck;
 using nn::models::ResNet;
 
-// Every convolution's input and output, in forward order, with a name.
+// Every convolution's (and the stem's max pool's) input and output, in
+// forward order, with a name.
 struct ConvTrace {
   Tensors tensors;
   std::vector<std::string> names;
@@ -63,7 +65,12 @@ Tensor traced_block(const std::shared_ptr<nn::UnaryModule>& block, const Tensor&
 
 Tensor traced_forward(ResNet& model, const Tensor& x, ConvTrace& t) {
   Tensor y = relu(model.bn1->forward(traced_conv(*model.conv1, x, "conv1", t)));
-  if (model.maxpool) y = model.maxpool->forward(y);
+  if (model.maxpool) {  // resnet50's stem: its input and output are traced too
+    Tensor pooled = model.maxpool->forward(y);
+    t.tensors.insert(t.tensors.end(), {y, pooled});
+    t.names.insert(t.names.end(), {"maxpool input", "maxpool output"});
+    y = pooled;
+  }
   for (size_t s = 0; s < model.layers.size(); ++s)
     for (size_t i = 0; i < model.layers[s]->size(); ++i)
       y = traced_block((*model.layers[s])[i], y,
@@ -85,7 +92,8 @@ void expect_channels_last_end_to_end(ResNet& model, const Shape& input_shape) {
   ASSERT_TRUE(F::is_channels_last(x));
   const Tensor target = labels(input_shape[0], 10);
 
-  // Every convolution's input and output, and their gradients, are NHWC.
+  // Every convolution's and max pool's input and output, and their
+  // gradients, are NHWC.
   ConvTrace trace;
   Tensor loss = F::cross_entropy(traced_forward(model, x, trace), target);
   Tensors grads = autograd::grad({loss}, trace.tensors, {});
@@ -127,6 +135,23 @@ TEST(ChannelsLastResNet, BottleneckStackKeepsNhwcForwardAndBackward) {
   manual_seed(2);
   ResNet model(ResNet::Block::bottleneck, {1, 2, 1, 1}, ResNet::Stem::imagenet, 8, {3, 10});
   expect_channels_last_end_to_end(model, {2, 3, 64, 64});
+}
+
+// The imagenet stem's max pool on its own: NHWC in, NHWC out, both ways,
+// and not one conversion (a converting max_pool2d is counted, Note [Layout
+// conversion count], so this and the end-to-end counts above would fail).
+TEST(ChannelsLastResNet, StemMaxPoolConvertsNothing) {
+  manual_seed(4);
+  ResNet model(ResNet::Block::bottleneck, {1, 1, 1, 1}, ResNet::Stem::imagenet, 8, {3, 10});
+  ASSERT_NE(model.maxpool, nullptr);
+  Generator gen(9);
+  Tensor x = F::to_channels_last(randn({2, 8, 16, 16}, {}, &gen)).set_requires_grad();
+  const int64_t before = F::layout_conversion_count();
+  Tensor y = model.maxpool->forward(x);
+  EXPECT_TRUE(F::is_channels_last(y)) << "strides " << shape_str(y.strides());
+  y.backward(F::to_channels_last(randn(y.shape(), {}, &gen)));
+  EXPECT_EQ(F::layout_conversion_count() - before, 0);
+  EXPECT_TRUE(F::is_channels_last(x.grad())) << "strides " << shape_str(x.grad().strides());
 }
 
 // An NCHW model counts its conversions: the counter can see them.

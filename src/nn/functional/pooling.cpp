@@ -8,6 +8,7 @@
 #include "ddp/autograd/node.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/functional/conv.h"
+#include "ddp/nn/functional/layout_conversions.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
 
@@ -33,6 +34,62 @@ Tensor averaging_matrix(int64_t out, int64_t in, DType dtype, Device device) {
   return Tensor::from_vector(a, {out, in}, TensorOptions(dtype).device(device));
 }
 
+// See Note [Channels-last max_pool2d] in kernels/cpu/max_pool2d.cpp: the CPU
+// kernels read and write NHWC directly, so nothing is converted.
+Tensor max_pool2d_nhwc(const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 dilation,
+                       int64_t oh, int64_t ow) {
+  const Shape ys{x.size(0), x.size(1), oh, ow};
+  Tensor y = empty_nchw(ys, x.dtype(), x.device(), /*channels_last=*/true);
+  Tensor indices = empty_nchw(ys, kInt64, x.device(), /*channels_last=*/true);
+  kernels::call<kernels::max_pool2d_forward_nhwc>(x.device(), x.detach(), kernel, stride, padding,
+                                                  dilation, y, indices);
+  if (autograd::needs_grad({x})) {
+    Shape xs = x.shape();
+    autograd::record("max_pool2d", {x}, {y}, [indices, xs](const Tensors& g) -> Tensors {
+      Tensor dy = g[0].detach();  // any strides: the kernel reads through them
+      Tensor dx = empty_nchw(xs, dy.dtype(), dy.device(), /*channels_last=*/true);
+      kernels::call<kernels::max_pool2d_backward_nhwc>(dy.device(), dy, indices, dx);
+      return {dx};
+    });
+  }
+  return y;
+}
+
+// The planar kernels on [N·C, H, W]: NCHW, and NHWC on CUDA, converted both
+// ways there (counted: Note [Layout conversion count]).
+Tensor to_planes(const Tensor& t) {
+  if (!t.is_contiguous()) detail::count_layout_conversion();
+  return t.detach().contiguous().view({t.size(0) * t.size(1), t.size(2), t.size(3)});
+}
+Tensor back_to_channels_last(const Tensor& t) {
+  if (t.size(1) > 1) detail::count_layout_conversion();  // one channel: a view, no copy
+  return to_channels_last(t);
+}
+
+Tensor max_pool2d_planes(const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 dilation,
+                         int64_t oh, int64_t ow) {
+  const int64_t n = x.size(0), c = x.size(1);
+  const bool cl = is_channels_last(x);
+  Tensor y = Tensor::empty({n * c, oh, ow}, TensorOptions(x.dtype()).device(x.device()));
+  Tensor indices = Tensor::empty({n * c, oh, ow}, TensorOptions(kInt64).device(x.device()));
+  kernels::call<kernels::max_pool2d_forward>(x.device(), to_planes(x), kernel, stride, padding,
+                                             dilation, y, indices);
+  Tensor out = y.view({n, c, oh, ow});
+  if (cl) out = back_to_channels_last(out);
+  if (autograd::needs_grad({x})) {
+    Shape xs = x.shape();
+    autograd::record("max_pool2d", {x}, {out}, [indices, xs, cl](const Tensors& g) -> Tensors {
+      Tensor dy = to_planes(g[0]);
+      Tensor dx = Tensor::empty({xs[0] * xs[1], xs[2], xs[3]},
+                                TensorOptions(dy.dtype()).device(dy.device()));
+      kernels::call<kernels::max_pool2d_backward>(dy.device(), dy, indices, dx);
+      Tensor r = dx.view(xs);
+      return {cl ? back_to_channels_last(r) : r};
+    });
+  }
+  return out;
+}
+
 }  // namespace
 
 Tensor max_pool2d(const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 dilation,
@@ -47,32 +104,16 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 
             who, kernel.str(), stride.str(), padding.str(), dilation.str());
   if (x.dtype() == DType::f16 || x.dtype() == DType::bf16)
     return max_pool2d(x.to(DType::f32), kernel, stride, padding, dilation, who).to(x.dtype());
-  const int64_t n = x.size(0), c = x.size(1), h = x.size(2), w = x.size(3);
+  const int64_t h = x.size(2), w = x.size(3);
   const int64_t oh = conv_output_size(h, kernel.h, stride.h, padding.h, dilation.h);
   const int64_t ow = conv_output_size(w, kernel.w, stride.w, padding.w, dilation.w);
   DDP_CHECK_T(ShapeError, oh > 0 && ow > 0,
               "{}: input {} is too small for kernel {} (padding {}, dilation {})", who,
               x.describe(), kernel.str(), padding.str(), dilation.str());
-  Tensor planes = x.detach().contiguous().view({n * c, h, w});
-  Tensor y = Tensor::empty({n * c, oh, ow}, TensorOptions(x.dtype()).device(x.device()));
-  Tensor indices = Tensor::empty({n * c, oh, ow}, TensorOptions(kInt64).device(x.device()));
-  kernels::call<kernels::max_pool2d_forward>(x.device(), planes, kernel, stride, padding, dilation,
-                                             y, indices);
-  Tensor out = y.view({n, c, oh, ow});
-  if (is_channels_last(x)) out = to_channels_last(out);
-  if (autograd::needs_grad({x})) {
-    Shape xs = x.shape();
-    const bool cl = is_channels_last(x);
-    autograd::record("max_pool2d", {x}, {out}, [indices, xs, cl](const Tensors& g) -> Tensors {
-      Tensor dy = g[0].detach().contiguous();
-      Tensor dx = Tensor::empty({xs[0] * xs[1], xs[2], xs[3]},
-                                TensorOptions(dy.dtype()).device(dy.device()));
-      kernels::call<kernels::max_pool2d_backward>(dy.device(), dy, indices, dx);
-      Tensor r = dx.view(xs);
-      return {cl ? to_channels_last(r) : r};
-    });
-  }
-  return out;
+  // NHWC kernels where the device has them (the CPU), else the planar ones.
+  if (is_channels_last(x) && kernels::has_kernel<kernels::max_pool2d_forward_nhwc>(x.device().type))
+    return max_pool2d_nhwc(x, kernel, stride, padding, dilation, oh, ow);
+  return max_pool2d_planes(x, kernel, stride, padding, dilation, oh, ow);
 }
 
 Tensor adaptive_avg_pool2d(const Tensor& x, Int2 output_size, const std::string& who_in) {

@@ -1,17 +1,19 @@
 #pragma once
-// A process-wide count of layout conversions in conv2d and batch_norm.
+// A process-wide count of layout conversions in conv2d, batch_norm and max_pool2d.
 
 #include <cstdint>
 
 namespace ddp::nn::functional {
 
 // Note [Layout conversion count]
-// How many activations and gradients conv2d and batch_norm (forward and
-// backward) have copied from one layout to another (NCHW <-> NHWC, or a
-// strided view to a dense one) since the process started: a channels-last
-// model whose ops all keep the layout makes none after its input, while an
-// NCHW f32 model on the CPU makes four per convolution (Note [NCHW
-// convolutions on the CPU]). Process-wide, for tests and profiling.
+// How many activations and gradients conv2d, batch_norm and max_pool2d
+// (forward and backward) have copied from one layout to another (NCHW <->
+// NHWC, or a strided view to a dense one) since the process started: a
+// channels-last model whose ops all keep the layout makes none after its
+// input, while an NCHW f32 model on the CPU makes four per convolution (Note
+// [NCHW convolutions on the CPU]). max_pool2d converts an NHWC input only on
+// CUDA (four copies per call, forward and backward). Process-wide, for tests
+// and profiling.
 int64_t layout_conversion_count();
 namespace detail {
 void count_layout_conversion();
