@@ -45,19 +45,13 @@ std::string mismatch_message(uint64_t seq, const std::vector<std::string>& per_r
                   [&](const std::string& c) { return c == per_rank.front(); }))
     return "";
   // Group the ranks by what they passed, in rank order of first appearance.
-  std::vector<std::pair<std::string, std::vector<int>>> groups;
-  for (int r = 0; r < int(per_rank.size()); ++r) {
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& g) { return g.first == per_rank[size_t(r)]; });
-    if (it == groups.end())
-      groups.push_back({per_rank[size_t(r)], {r}});
-    else
-      it->second.push_back(r);
-  }
+  std::vector<std::pair<int, std::string>> keyed;
+  for (int r = 0; r < int(per_rank.size()); ++r) keyed.push_back({r, per_rank[size_t(r)]});
+  const auto groups = group_ranks_by_key(keyed);
   std::string s = fmt::format("collective #{} differs across ranks (DDP_DEBUG=detail): ", seq);
   for (size_t i = 0; i < groups.size(); ++i)
-    s += fmt::format("{}rank{} {} passed {}", i ? "; " : "", groups[i].second.size() > 1 ? "s" : "",
-                     join_ranks(groups[i].second), groups[i].first);
+    s += fmt::format("{}{} passed {}", i ? "; " : "", ranks_phrase(groups[i].second),
+                     groups[i].first);
   return s;
 }
 

@@ -11,27 +11,21 @@ namespace ddp::dist::detail {
 std::string desync_payload(const FlightRecorder& recorder) { return recorder.position(); }
 
 std::string desync_line(const RollCall& rc) {
-  // Ranks grouped by position, in order of their lowest rank.
-  std::vector<std::pair<std::string, std::vector<int>>> at;
-  auto add = [&](const std::string& where, int r) {
-    auto it = std::find_if(at.begin(), at.end(), [&](const auto& g) { return g.first == where; });
-    if (it == at.end())
-      at.push_back({where, {r}});
-    else
-      it->second.push_back(r);
-  };
   const auto is_busy = [&](int r) {
     return std::find(rc.busy.begin(), rc.busy.end(), r) != rc.busy.end();
   };
+  // Ranks grouped by position, in order of their lowest rank.
+  std::vector<std::pair<int, std::string>> keyed;
   for (int r : rc.answered) {
     auto it = rc.payloads.find(r);
-    add(it == rc.payloads.end() ? "an unknown position" : it->second, r);
+    keyed.push_back({r, it == rc.payloads.end() ? "an unknown position" : it->second});
   }
+  const auto at = group_ranks_by_key(keyed);
   std::vector<std::string> parts;
   const bool one_place = at.size() == 1 && rc.missing.empty();
   for (const auto& [where, ranks] : at) {
     const bool done = where.size() > 28 && where.ends_with(" done, nothing issued since");
-    const std::string who = fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", join_ranks(ranks));
+    const std::string who = ranks_phrase(ranks);
     if (done)
       parts.push_back(fmt::format("{} {} at {}", who, ranks.size() > 1 ? "are" : "is", where));
     else

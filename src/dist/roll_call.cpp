@@ -17,6 +17,24 @@ std::string join_ranks(const std::vector<int>& ranks) {
   return s;
 }
 
+std::string ranks_phrase(const std::vector<int>& ranks) {
+  return fmt::format("rank{} {}", ranks.size() > 1 ? "s" : "", join_ranks(ranks));
+}
+
+std::vector<std::pair<std::string, std::vector<int>>> group_ranks_by_key(
+    const std::vector<std::pair<int, std::string>>& keyed) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (const auto& [rank, key] : keyed) {
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == key; });
+    if (it == groups.end())
+      groups.push_back({key, {rank}});
+    else
+      it->second.push_back(rank);
+  }
+  return groups;
+}
+
 RollCall roll_call(Store& store, const std::string& prefix, int rank, int size,
                    std::chrono::milliseconds grace, bool hosts_store, const std::string& payload,
                    const std::string& heartbeat_prefix) {
@@ -146,11 +164,11 @@ std::string describe_lost(const RollCall& rc, int store_host_rank) {
     if (std::find(rc.busy.begin(), rc.busy.end(), r) == rc.busy.end()) lost.push_back(r);
   if (lost.empty()) return "";
   if (!rc.store_reachable)  // the host answered, then went away: use what was seen
-    return fmt::format("lost rank{} {} (no answer to the roll call before the store closed; "
+    return fmt::format("lost {} (no answer to the roll call before the store closed; "
                        "ranks {} answered)",
-                       lost.size() > 1 ? "s" : "", join_ranks(lost), join_ranks(rc.answered));
-  return fmt::format("lost rank{} {} (no answer to the roll call; ranks {} answered)",
-                     lost.size() > 1 ? "s" : "", join_ranks(lost), join_ranks(rc.answered));
+                       ranks_phrase(lost), join_ranks(rc.answered));
+  return fmt::format("lost {} (no answer to the roll call; ranks {} answered)",
+                     ranks_phrase(lost), join_ranks(rc.answered));
 }
 
 }  // namespace ddp::dist::detail

@@ -36,6 +36,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ddp/dist/store.h"
@@ -96,5 +97,11 @@ std::string describe_lost(const RollCall& rc, int store_host_rank);
 
 // "1, 3"
 std::string join_ranks(const std::vector<int>& ranks);
+// "rank 2" / "ranks 1, 3"
+std::string ranks_phrase(const std::vector<int>& ranks);
+// The ranks of `keyed` grouped by equal key; groups in the order their key
+// first appears, ranks in the order given.
+std::vector<std::pair<std::string, std::vector<int>>> group_ranks_by_key(
+    const std::vector<std::pair<int, std::string>>& keyed);
 
 }  // namespace ddp::dist::detail
