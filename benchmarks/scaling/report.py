@@ -51,7 +51,7 @@ def main():
     print(f"{'N':>3} {'engine':>8} {'mode':>18} {'cap MiB':>8} {'images/s':>10} {'speedup':>8} "
           f"{'efficiency':>10}")
     for r in rows:
-        mode = r["mode"] + (" (skipped)" if r.get("skipped") else "")
+        mode = r["mode"]
         cap = "auto" if r["mode"] == "auto_buckets" else fmt(r.get("bucket_cap_mb"), "g")
         print(f"{r['nodes']:>3} {r['engine']:>8} {mode:>18} {cap:>8} "
               f"{fmt(r.get('images_per_s'), '.1f'):>10} {fmt(r['speedup'], '.2f'):>8} "
