@@ -36,7 +36,23 @@ if(DDP_HAVE_CUDA)
   set(CMAKE_CUDA_STANDARD 20)
   set(CMAKE_CUDA_STANDARD_REQUIRED ON)
   find_package(CUDNN)  # cmake/FindCUDNN.cmake; honours CUDNN_ROOT
-  set(DDP_HAVE_CUDNN ${CUDNN_FOUND})
+  # libddp's cuDNN layers are written against the frontend's graph API
+  # (header-only, PyPI wheel nvidia-cudnn-frontend), so cuDNN counts as found
+  # only with it. See Note [cuDNN graph API] in src/nn/cudnn_graph.h.
+  if(CUDNN_FOUND)
+    find_package(CudnnFrontend)  # cmake/FindCudnnFrontend.cmake; honours CUDNN_FRONTEND_ROOT
+    if(NOT CudnnFrontend_FOUND)
+      message(WARNING "cuDNN ${CUDNN_VERSION} found but not the cuDNN frontend headers "
+                      "(pip install nvidia-cudnn-frontend, or -DCUDNN_FRONTEND_ROOT=...): "
+                      "building without cuDNN, so CUDA convolutions, batch norm and fused "
+                      "attention are unavailable")
+    endif()
+  endif()
+  if(CUDNN_FOUND AND CudnnFrontend_FOUND)
+    set(DDP_HAVE_CUDNN ON)
+  else()
+    set(DDP_HAVE_CUDNN OFF)
+  endif()
 endif()
 
 # ---- NCCL ------------------------------------------------------------------

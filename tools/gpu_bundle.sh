@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Packs the Debian libraries libddp needs but the GPU machine lacks (fmt,
-# OpenBLAS, GoogleTest, oneDNN, Gloo and their runtime dependencies) and the
+# OpenBLAS, GoogleTest, oneDNN, Gloo and their runtime dependencies), the
+# cuDNN frontend's headers, and the
 # data the GPU checks train on (Fashion-MNIST, 30 MB; fortunes-min's text for
 # train_gpt) into .gpu/deps.tar.gz, to travel with `device run ...
 # carry=[".gpu"]`. tools/gpu_check.sh unpacks and uses it by itself.
@@ -38,6 +39,12 @@ for p in "${pkgs[@]}"; do
     cp -a "$f" "$work/root$f"
   done
 done
+# The cuDNN frontend (header-only; PyPI wheel nvidia-cudnn-frontend, which
+# tools/install_deps.sh installs on a CUDA machine): its include/ folder.
+fe_inc=$(/usr/bin/python3 -c "import cudnn, os; print(os.path.join(os.path.dirname(os.path.dirname(cudnn.__file__)), 'include'))" 2>/dev/null) ||
+  { echo "gpu_bundle: the cuDNN frontend wheel is not installed (run tools/install_deps.sh)" >&2; exit 1; }
+mkdir -p "$work/root/cudnn_frontend/include"
+cp -a "$fe_inc"/cudnn_frontend* "$fe_inc"/cudnn_backend_base.h "$work/root/cudnn_frontend/include/"
 mkdir -p .gpu
 tar czf .gpu/deps.tar.gz -C "$work/root" .
 echo "gpu_bundle: .gpu/deps.tar.gz ($(du -h .gpu/deps.tar.gz | cut -f1))"

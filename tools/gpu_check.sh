@@ -145,6 +145,10 @@ export_bundle_paths() {
   export CMAKE_PREFIX_PATH="$d${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
   export LD_LIBRARY_PATH="$d/lib/x86_64-linux-gnu:$d/lib/x86_64-linux-gnu/openblas-pthread:$d/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   CMAKE_EXTRA+=(-DOpenBLAS_ROOT="$d" -DDNNL_ROOT="$d")
+  # The cuDNN frontend's headers (tools/gpu_bundle.sh packs them) unless the
+  # machine's Python has the wheel.
+  [ -e "$DEPS_DIR/cudnn_frontend/include/cudnn_frontend.h" ] &&
+    CMAKE_EXTRA+=(-DCUDNN_FRONTEND_ROOT="$DEPS_DIR/cudnn_frontend")
 }
 CMAKE_EXTRA=()
 if [ "$NO_BUILD" = 1 ]; then

@@ -34,6 +34,17 @@ fi
 
 if [ ! -x /usr/local/cuda/bin/nvcc ]; then
   echo "install_deps: note: no CUDA toolkit at /usr/local/cuda; libddp builds CPU-only"
+elif ! /usr/bin/python3 -c "import cudnn" 2>/dev/null; then
+  # PyPI: the cuDNN frontend, header-only C++ over cuDNN's graph API, which
+  # libddp's cuDNN layers are written against (cmake/FindCudnnFrontend.cmake
+  # finds its include/ beside the Python package). Only a CUDA build needs it.
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install_deps: the Python package nvidia-cudnn-frontend is missing; run this script as root" >&2
+    exit 1
+  fi
+  echo "install_deps: installing nvidia-cudnn-frontend from PyPI"
+  /usr/bin/python3 -m pip install --quiet --break-system-packages --root-user-action=ignore \
+    --no-deps "nvidia-cudnn-frontend>=1.12,<2"
 fi
 
 # PyPI: TensorBoard, whose event reader tests/metrics/tensorboard_readback.py
