@@ -230,11 +230,19 @@ std::shared_ptr<const SdpaGraph> graph_for(const Problem& p, bool forward) {
   return entry;
 }
 
+// cuDNN's attention engines load 16-byte vectors. The outputs are fresh
+// allocations (aligned); an input that is a view at an odd offset (a slice
+// of a larger buffer) is copied.
+Tensor aligned(const Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
+}
+
 // Runs cuDNN's forward; false when cuDNN refused the case.
-bool cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+bool cudnn_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out,
                    const Tensor& lse, float scale, bool causal) {
-  auto entry = graph_for(Problem(q, k, scale, causal), true);
+  auto entry = graph_for(Problem(q_in, k_in, scale, causal), true);
   if (!entry->graph) return false;
+  const Tensor q = aligned(q_in), k = aligned(k_in), v = aligned(v_in);
   std::unordered_map<int64_t, void*> by_uid = {{kQ, q.data_ptr()},   {kK, k.data_ptr()},
                                                {kV, v.data_ptr()},   {kO, out.data_ptr()},
                                                {kStats, lse.data_ptr()}};
@@ -242,11 +250,14 @@ bool cudnn_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tens
   return true;
 }
 
-bool cudnn_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                    const Tensor& dout, const Tensor& lse, const Tensor& dq, const Tensor& dk,
-                    const Tensor& dv, float scale, bool causal) {
-  auto entry = graph_for(Problem(q, k, scale, causal), false);
+bool cudnn_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                    const Tensor& out_in, const Tensor& dout_in, const Tensor& lse,
+                    const Tensor& dq, const Tensor& dk, const Tensor& dv, float scale,
+                    bool causal) {
+  auto entry = graph_for(Problem(q_in, k_in, scale, causal), false);
   if (!entry->graph) return false;
+  const Tensor q = aligned(q_in), k = aligned(k_in), v = aligned(v_in), out = aligned(out_in),
+               dout = aligned(dout_in);
   std::unordered_map<int64_t, void*> by_uid = {
       {kQ, q.data_ptr()},     {kK, k.data_ptr()},     {kV, v.data_ptr()},
       {kO, out.data_ptr()},   {kDO, dout.data_ptr()}, {kStats, lse.data_ptr()},
