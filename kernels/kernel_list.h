@@ -114,11 +114,15 @@ DDP_DECLARE_KERNEL(linear_forward, bool,
                    (const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y))
 
 // ---- fused attention (src/nn/functional/attention.cpp) ----------------------------
-// Whether the fused kernel takes this dtype and head size; a device without
-// a registration has no fused attention and uses the composite path.
-DDP_DECLARE_KERNEL(attention_supports, bool, (DType dtype, int64_t head_size))
+// Whether a fused kernel takes this dtype and head size on `device` (cuDNN's
+// engines depend on the GPU's architecture); a device without a
+// registration has no fused attention and uses the composite path. CUDA:
+// Note [Attention paths on CUDA] in src/nn/functional/attention_cuda.cpp.
+DDP_DECLARE_KERNEL(attention_supports, bool, (const Device& device, DType dtype, int64_t head_size))
 // Contiguous [B·H, rows, D] views: q, out [BH, T, D]; k, v [BH, S, D]; lse f32
-// [BH, T] (the rows' log-sum-exp). out = softmax(q kᵀ · scale, causal) v.
+// [BH, T] (the rows' natural-log log-sum-exp of the scaled, masked scores:
+// every fused path writes and reads the same quantity, so a forward of one
+// path pairs with a backward of another). out = softmax(q kᵀ · scale, causal) v.
 DDP_DECLARE_KERNEL(attention_forward, void,
                    (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                     const Tensor& lse, float scale, bool causal))
@@ -128,6 +132,9 @@ DDP_DECLARE_KERNEL(attention_backward, void,
                     const Tensor& dout, const Tensor& lse, const Tensor& delta,
                     const Tensor& dq, const Tensor& dk, const Tensor& dv, float scale,
                     bool causal))
+// The cuDNN attention graphs built and reused (forward and backward; all
+// zero where the fused kernels do not use cuDNN).
+DDP_DECLARE_KERNEL(attention_cache_stats, PlanCacheStats, ())
 
 // ---- multi-tensor steps (src/optim/foreach.cpp; Note [Foreach numerics]) ----------
 // Lists as checked and staged by the frontend: contiguous, entry k of every

@@ -53,8 +53,9 @@ std::vector<int64_t> strides_of(const Tensor& t);
 
 // validate + build_operation_graph + plans from heuristics A with FALLBACK +
 // check_support + build_plans on the calling thread's handle. Returns the
-// frontend's message when no engine supports the graph; raises CudnnError
-// on anything else.
+// frontend's message when no engine supports the graph (or validation finds
+// it outside the operation's support surface: GRAPH_NOT_SUPPORTED); raises
+// CudnnError on anything else.
 std::optional<std::string> build(fe::graph::Graph& graph, const char* op);
 
 // Runs a built graph on the current stream with the tensors bound by uid,

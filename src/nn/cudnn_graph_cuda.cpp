@@ -46,7 +46,12 @@ void key_add(std::string& key, const Tensor& t) {
 
 std::optional<std::string> build(fe::graph::Graph& graph, const char* op) {
   cudnnHandle_t h = cudnn_util::handle();
-  check(graph.validate(), op, "graph validation");
+  // Validation checks the operation's support surface (head sizes, GPU
+  // generation, cuDNN version for SDPA): "not supported" there is an answer too.
+  if (fe::error_t st = graph.validate(); st.is_bad()) {
+    if (st.get_code() == fe::error_code_t::GRAPH_NOT_SUPPORTED) return st.get_message();
+    check(st, op, "graph validation");
+  }
   check(graph.build_operation_graph(h), op, "building the operation graph");
   check(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), op,
         "creating execution plans");

@@ -48,7 +48,8 @@ TEST(KernelRegistry, CudaRegistrationsFollowTheBuild) {
                                     "max_pool2d_forward",  "max_pool2d_backward",
                                     "layer_norm_forward",  "layer_norm_backward",
                                     "attention_supports",  "attention_forward",
-                                    "attention_backward",  "foreach_sgd_step",
+                                    "attention_backward",  "attention_cache_stats",
+                                    "foreach_sgd_step",
                                     "foreach_adamw_step",  "foreach_pow_sum",
                                     "foreach_mul",         "linear_forward"};
 #if DDP_HAVE_CUDNN
