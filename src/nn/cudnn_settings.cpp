@@ -29,6 +29,8 @@ bool allow_tf32() {
 
 void set_allow_tf32(bool allow) { g_allow_tf32.store(allow ? 1 : 0, std::memory_order_relaxed); }
 
+void detail::reset_allow_tf32() { g_allow_tf32.store(-1, std::memory_order_relaxed); }
+
 bool deterministic() {
   static const bool on = env_bool("DDP_CUDNN_DETERMINISTIC", false);
   return on;

@@ -40,6 +40,12 @@ class AllowTf32Guard {
   bool previous_;
 };
 
+namespace detail {
+// Forgets the flag, so the next allow_tf32() reads DDP_CUDNN_ALLOW_TF32
+// again (tests of the variable).
+void reset_allow_tf32();
+}  // namespace detail
+
 // DDP_CUDNN_DETERMINISTIC=1 (read once): convolutions use only cuDNN
 // engines without the NONDETERMINISTIC numerical note, so repeated runs
 // give bit-identical results (and a convolution with no such engine raises
