@@ -29,7 +29,8 @@
 //   does. f32 may use TF32 tensor cores unless nn::cudnn::set_allow_tf32(
 //   false) or DDP_CUDNN_ALLOW_TF32=0 (Note [cuDNN TF32] in ddp/nn/cudnn.h):
 //   then every candidate engine with the TENSOR_CORE numerical note is
-//   removed before the support check.
+//   removed before the support check. Engines with the
+//   DOWN_CONVERT_INPUTS note (f32 inputs computed in f16) never run f32.
 // - DDP_CUDNN_DETERMINISTIC=1 removes the engines with the NONDETERMINISTIC
 //   numerical note; a pass left with no engine raises CudnnError naming the
 //   switch.
@@ -207,7 +208,12 @@ std::shared_ptr<const Plan> plan_for(const ConvGeometry& g, Pass pass, const Ten
     auto graph = describe(g, pass, a, b, bias, out);
     auto filter = [&](fe::graph::Graph& gr) {
       std::vector<fe::NumericalNote_t> barred;
-      if (g.dtype == DType::f32 && !tf32) barred.push_back(fe::NumericalNote_t::TENSOR_CORE);
+      if (g.dtype == DType::f32) {
+        // Never f32 inputs converted to f16 (not TF32: a precision loss no
+        // switch asked for); tensor cores (TF32) only when allowed.
+        barred.push_back(fe::NumericalNote_t::DOWN_CONVERT_INPUTS);
+        if (!tf32) barred.push_back(fe::NumericalNote_t::TENSOR_CORE);
+      }
       if (deterministic) barred.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
       if (!barred.empty()) gr.deselect_numeric_notes(barred);
     };
