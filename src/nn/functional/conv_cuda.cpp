@@ -50,6 +50,7 @@
 
 #include <cuda_runtime.h>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 
@@ -217,7 +218,15 @@ std::shared_ptr<const Plan> plan_for(const ConvGeometry& g, Pass pass, const Ten
       if (deterministic) barred.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
       if (!barred.empty()) gr.deselect_numeric_notes(barred);
     };
-    if (auto why = cg::build(*graph, kOp, filter)) {
+    std::optional<std::string> why;
+    try {
+      why = cg::build(*graph, kOp, filter);
+    } catch (const CudnnError& e) {
+      // Heuristics or the operation graph refusing the case (an f64 fusion,
+      // a layout pairing) is "no engine" too: the caller falls back.
+      why = e.what();
+    }
+    if (why) {
       p.unsupported = *why;
       if (!tf32 && g.dtype == DType::f32) p.unsupported += " (TF32 off: tensor-core engines barred)";
       if (deterministic) p.unsupported += " (DDP_CUDNN_DETERMINISTIC=1: non-deterministic engines barred)";
