@@ -32,9 +32,11 @@ DDP_DECLARE_KERNEL(softmax_backward, void,
 
 // ---- conv2d (src/nn/functional/conv.cpp) ------------------------------------------
 // x, y, dy, dx in g's layout (NHWC-strided when g.channels_last, else
-// contiguous NCHW); w, dw [O, C/G, KH, KW] and b, db [O] contiguous; b and db
-// may be undefined. Any floating dtype (a backend converts what it cannot
-// compute natively).
+// contiguous NCHW); b, db [O] contiguous and may be undefined. w, dw
+// [O, C/G, KH, KW]: contiguous on the CPU; on CUDA contiguous or
+// NHWC-strided, independently of x (the parameter's own layout, Note [cuDNN
+// convolution]), with dw allocated in w's layout. Any floating dtype (a
+// backend converts what it cannot compute natively).
 DDP_DECLARE_KERNEL(conv2d_forward, void,
                    (const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                     const Tensor& y))
@@ -45,6 +47,13 @@ DDP_DECLARE_KERNEL(conv2d_backward_weight, void,
                     const Tensor& db))
 // The backend's primitive / algorithm cache.
 DDP_DECLARE_KERNEL(conv2d_cache_stats, PlanCacheStats, ())
+// y = relu(conv(x, w) + b) in one fused pass, for inference (no backward).
+// Tensors as for conv2d_forward; b may be undefined (conv + ReLU). Returns
+// false, writing nothing, when the backend has no fused engine for this
+// case (the frontend then composes). Registered on CUDA only.
+DDP_DECLARE_KERNEL(conv2d_bias_relu_forward, bool,
+                   (const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                    const Tensor& y))
 
 // ---- batch_norm (src/nn/functional/batch_norm.cpp) --------------------------------
 // x [N, C, ...] floating, contiguous or (4-D) NHWC-strided; y like x (same

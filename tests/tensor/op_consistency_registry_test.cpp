@@ -37,6 +37,7 @@ std::vector<std::string> exposed_ops() {
            "adaptive_avg_pool2d", "layer_norm", "linear", "functional_gelu", "dropout",
            "embedding", "cross_entropy", "mse_loss", "scaled_dot_product_attention",
            "scaled_dot_product_attention_causal", "scaled_dot_product_attention_half",
+           "conv2d_bias_relu",
            // optim (ddp/optim/*.h) and amp (ddp/amp/grad_scaler.h)
            "sgd_step", "adamw_step", "clip_grad_norm", "clip_grad_value", "grad_scaler_unscale"})
     names.push_back(name);
