@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "cpu/convert.h"
-#include "cpu/kernels.h"
+#include "cpu/strided.h"
 #include "ddp/core/dispatch.h"
 #include "ddp/core/error.h"
 #include "kernel_list.h"
