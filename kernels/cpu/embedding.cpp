@@ -30,7 +30,7 @@ template <class I>
 std::vector<int64_t> checked_indices(const Tensor& index, int64_t num, const char* op) {
   const int64_t n = index.numel();
   const I* ip = ptr<const I>(index);
-  std::vector<int64_t> v(size_t(n));
+  std::vector<int64_t> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
     const int64_t k = int64_t(ip[i]);
     DDP_CHECK_T(IndexError, k >= 0 && k < num,
@@ -66,7 +66,7 @@ void backward_kernel(const Tensor& dy, const std::vector<int64_t>& idx, const Te
   std::iota(order.begin(), order.end(), int64_t(0));
   std::stable_sort(order.begin(), order.end(),
                    [&](int64_t a, int64_t b) { return idx[size_t(a)] < idx[size_t(b)]; });
-  std::vector<C> acc(size_t(dim));
+  std::vector<C> acc(static_cast<size_t>(dim));
   for (size_t s = 0; s < order.size();) {
     const int64_t row = idx[size_t(order[s])];
     std::fill(acc.begin(), acc.end(), C(0));
