@@ -20,10 +20,14 @@ enum class DeviceErrorOp : int32_t {
 
 inline const char* device_error_op_name(int32_t op) {
   switch (DeviceErrorOp(op)) {
-    case DeviceErrorOp::embedding: return "embedding";
-    case DeviceErrorOp::embedding_backward: return "embedding (backward)";
-    case DeviceErrorOp::cross_entropy: return "cross_entropy";
-    case DeviceErrorOp::none: break;
+    case DeviceErrorOp::embedding:
+      return "embedding";
+    case DeviceErrorOp::embedding_backward:
+      return "embedding (backward)";
+    case DeviceErrorOp::cross_entropy:
+      return "cross_entropy";
+    case DeviceErrorOp::none:
+      break;
   }
   return "a CUDA kernel";
 }

@@ -89,8 +89,7 @@ DDP_REGISTER_KERNEL(cross_entropy_forward, CPU,
                     [](const Tensor& logits, const Tensor& target, int64_t ignore_index,
                        double label_smoothing, const Tensor& loss, const Tensor& lse) {
                       dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
-                        forward_kernel<T>(logits, target, ignore_index, label_smoothing, loss,
-                                          lse);
+                        forward_kernel<T>(logits, target, ignore_index, label_smoothing, loss, lse);
                       });
                     })
 DDP_REGISTER_KERNEL(cross_entropy_backward, CPU,

@@ -139,7 +139,7 @@ unsigned row_threads(int64_t classes) {
 }
 
 void launch_cross_entropy_forward(const Tensor& logits, const Tensor& target, int64_t ignore_index,
-                           double label_smoothing, const Tensor& loss, const Tensor& lse) {
+                                  double label_smoothing, const Tensor& loss, const Tensor& lse) {
   OnDevice on(logits);
   const int64_t n = logits.size(0), classes = logits.size(1);
   if (n == 0) return;
@@ -148,15 +148,15 @@ void launch_cross_entropy_forward(const Tensor& logits, const Tensor& target, in
   dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
     using C = compute_t<T>;
     cross_entropy_forward_kernel<T><<<blocks, row_threads(classes), 0, native(on.stream)>>>(
-        ptr<const T>(logits), ptr<const int64_t>(target), n, classes, ignore_index,
-        label_smoothing, ptr<C>(loss), ptr<C>(lse), rec);
+        ptr<const T>(logits), ptr<const int64_t>(target), n, classes, ignore_index, label_smoothing,
+        ptr<C>(loss), ptr<C>(lse), rec);
     DDP_CUDA_CHECK_LAUNCH("cross_entropy_forward_kernel");
   });
 }
 
 void launch_cross_entropy_backward(const Tensor& logits, const Tensor& target, const Tensor& lse,
-                            const Tensor& scale, int64_t ignore_index, double label_smoothing,
-                            const Tensor& dx) {
+                                   const Tensor& scale, int64_t ignore_index,
+                                   double label_smoothing, const Tensor& dx) {
   OnDevice on(logits);
   const int64_t n = logits.size(0), classes = logits.size(1);
   if (n == 0) return;
@@ -164,8 +164,8 @@ void launch_cross_entropy_backward(const Tensor& logits, const Tensor& target, c
   dispatch_floating(logits.dtype(), "cross_entropy_backward", [&]<class T>() {
     using C = compute_t<T>;
     cross_entropy_backward_kernel<T><<<blocks, row_threads(classes), 0, native(on.stream)>>>(
-        ptr<const T>(logits), ptr<const int64_t>(target), ptr<const C>(lse), ptr<const C>(scale),
-        n, classes, ignore_index, label_smoothing, ptr<T>(dx));
+        ptr<const T>(logits), ptr<const int64_t>(target), ptr<const C>(lse), ptr<const C>(scale), n,
+        classes, ignore_index, label_smoothing, ptr<T>(dx));
     DDP_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
   });
 }

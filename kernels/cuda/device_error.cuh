@@ -12,8 +12,7 @@ using kernels::DeviceErrorOp;
 using kernels::DeviceErrorRecord;
 
 __device__ __forceinline__ void report_index_error(DeviceErrorRecord* rec, DeviceErrorOp op,
-                                                   int64_t value, int64_t position,
-                                                   int64_t bound) {
+                                                   int64_t value, int64_t position, int64_t bound) {
   if (atomicCAS(&rec->state, 0, 1) != 0) return;  // an earlier error is kept
   rec->op = int32_t(op);
   rec->value = value;

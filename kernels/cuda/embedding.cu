@@ -54,10 +54,9 @@ __global__ void embedding_keys_kernel(const I* __restrict__ index, int32_t* __re
 
 // Block b handles sorted slot b when it starts a run of equal keys.
 template <class T>
-__global__ void embedding_run_sum_kernel(const T* __restrict__ dy,
-                                         const int32_t* __restrict__ keys,
-                                         const int32_t* __restrict__ positions,
-                                         T* __restrict__ dw, int64_t n, int64_t dim, int32_t num) {
+__global__ void embedding_run_sum_kernel(const T* __restrict__ dy, const int32_t* __restrict__ keys,
+                                         const int32_t* __restrict__ positions, T* __restrict__ dw,
+                                         int64_t n, int64_t dim, int32_t num) {
   using C = compute_t<T>;
   for (int64_t s = blockIdx.x; s < n; s += gridDim.x) {
     const int32_t key = keys[s];

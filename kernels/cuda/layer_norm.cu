@@ -75,8 +75,8 @@ __global__ void layer_norm_forward_kernel(const T* __restrict__ x, const T* __re
   __shared__ C sm[WarpRows ? 1 : kThreads];
   const int tid = WarpRows ? int(threadIdx.x & 31) : int(threadIdx.x);
   const int nthreads = WarpRows ? 32 : int(blockDim.x);
-  const int64_t row0 = WarpRows ? int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5)
-                                : int64_t(blockIdx.x);
+  const int64_t row0 =
+      WarpRows ? int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5) : int64_t(blockIdx.x);
   const int64_t row_step = WarpRows ? int64_t(gridDim.x) * kRowsPerBlock : int64_t(gridDim.x);
   for (int64_t r = row0; r < rows; r += row_step) {
     const T* xr = x + r * cols;
@@ -120,8 +120,8 @@ __global__ void layer_norm_dx_kernel(const T* __restrict__ dy, const T* __restri
   __shared__ C sm[WarpRows ? 1 : kThreads];
   const int tid = WarpRows ? int(threadIdx.x & 31) : int(threadIdx.x);
   const int nthreads = WarpRows ? 32 : int(blockDim.x);
-  const int64_t row0 = WarpRows ? int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5)
-                                : int64_t(blockIdx.x);
+  const int64_t row0 =
+      WarpRows ? int64_t(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5) : int64_t(blockIdx.x);
   const int64_t row_step = WarpRows ? int64_t(gridDim.x) * kRowsPerBlock : int64_t(gridDim.x);
   for (int64_t r = row0; r < rows; r += row_step) {
     const T* dyr = dy + r * cols;
@@ -241,16 +241,19 @@ template <class T, class Launch>
 void launch_rows(int64_t rows, int64_t cols, int vec, Launch launch) {
   constexpr int V = int(16 / sizeof(T));
   const bool warp_rows = cols <= kWarpRowCols;
-  const unsigned blocks =
-      unsigned(std::min<int64_t>(warp_rows ? (rows + kRowsPerBlock - 1) / kRowsPerBlock : rows,
-                                 65536));
+  const unsigned blocks = unsigned(
+      std::min<int64_t>(warp_rows ? (rows + kRowsPerBlock - 1) / kRowsPerBlock : rows, 65536));
   const unsigned threads = warp_rows ? unsigned(kThreads) : threads_for(cols / vec);
   if (vec == V) {
-    if (warp_rows) launch.template operator()<V, true>(blocks, threads);
-    else launch.template operator()<V, false>(blocks, threads);
+    if (warp_rows)
+      launch.template operator()<V, true>(blocks, threads);
+    else
+      launch.template operator()<V, false>(blocks, threads);
   } else {
-    if (warp_rows) launch.template operator()<1, true>(blocks, threads);
-    else launch.template operator()<1, false>(blocks, threads);
+    if (warp_rows)
+      launch.template operator()<1, true>(blocks, threads);
+    else
+      launch.template operator()<1, false>(blocks, threads);
   }
 }
 
@@ -299,11 +302,10 @@ void layer_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& weight
           TensorOptions(std::is_same_v<C, double> ? DType::f64 : DType::f32).device(x.device());
       Tensor part_w = Tensor::empty({slices, cols}, part_opts);
       Tensor part_b = Tensor::empty({slices, cols}, part_opts);
-      layer_norm_dw_db_partial_kernel<T>
-          <<<dim3(unsigned(tiles), unsigned(slices)), dim3(kColTile, kRowLanes), 0,
-             native(stream)>>>(ptr<const T>(dy), ptr<const T>(x), ptr<const C>(mean),
-                               ptr<const C>(rstd), ptr<C>(part_w), ptr<C>(part_b), rows, cols,
-                               rows_per_slice);
+      layer_norm_dw_db_partial_kernel<T><<<dim3(unsigned(tiles), unsigned(slices)),
+                                           dim3(kColTile, kRowLanes), 0, native(stream)>>>(
+          ptr<const T>(dy), ptr<const T>(x), ptr<const C>(mean), ptr<const C>(rstd), ptr<C>(part_w),
+          ptr<C>(part_b), rows, cols, rows_per_slice);
       DDP_CUDA_CHECK_LAUNCH("layer_norm_dw_db_partial_kernel");
       layer_norm_dw_db_finish_kernel<T><<<grid_for(cols), kThreads, 0, native(stream)>>>(
           ptr<const C>(part_w), ptr<const C>(part_b), slices, cols,
@@ -326,8 +328,7 @@ DDP_REGISTER_KERNEL(layer_norm_backward, CUDA,
                        const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                        const Tensor& dbias) {
                       OnDevice on(x);
-                      layer_norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias,
-                                          on.stream);
+                      layer_norm_backward(dy, x, weight, mean, rstd, dx, dweight, dbias, on.stream);
                     })
 
 }  // namespace ddp::cuda_kernels

@@ -29,8 +29,6 @@
 // kernels on other streams of that device that have finished by then: the
 // error is the device's, not the stream's. The CPU kernels raise at once.
 
-#include "tensor/device_error.h"
-
 #include <cuda_runtime.h>
 
 #include <array>
@@ -39,6 +37,7 @@
 
 #include "core/cuda_check.h"
 #include "ddp/core/error.h"
+#include "tensor/device_error.h"
 #include "tensor/device_guard.h"
 
 namespace ddp::detail {
@@ -51,8 +50,7 @@ std::mutex g_alloc_mutex;
 
 void check_device(int device) {
   DDP_CHECK_T(DeviceError, device >= 0 && device < kMaxRecordDevices,
-              "device error record: device index {} is outside [0, {})", device,
-              kMaxRecordDevices);
+              "device error record: device index {} is outside [0, {})", device, kMaxRecordDevices);
 }
 
 void raise_from(int device, kernels::DeviceErrorRecord* rec) {
@@ -101,7 +99,8 @@ kernels::DeviceErrorRecord* device_error_record(int device) {
 void raise_deferred_device_error(int device) {
   if (device >= 0) {
     if (device >= kMaxRecordDevices) return;
-    if (auto* rec = g_records[size_t(device)].load(std::memory_order_acquire)) raise_from(device, rec);
+    if (auto* rec = g_records[size_t(device)].load(std::memory_order_acquire))
+      raise_from(device, rec);
     return;
   }
   for (int d = 0; d < kMaxRecordDevices; ++d)

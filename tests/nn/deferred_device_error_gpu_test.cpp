@@ -81,8 +81,7 @@ TEST(DeferredDeviceErrorGpu, CrossEntropyTargetRaisesAtItem) {
   EXPECT_DDP_ERROR(loss.item<double>(), IndexError,
                    "cross_entropy: index 4 at position 2 is out of range [0, 4)");
   // ignore_index is not an error; the stream is usable.
-  EXPECT_NEAR(F::cross_entropy(x, on_gpu(i64({1, -100, 3}))).item<double>(), std::log(4.0),
-              1e-6);
+  EXPECT_NEAR(F::cross_entropy(x, on_gpu(i64({1, -100, 3}))).item<double>(), std::log(4.0), 1e-6);
 }
 
 }  // namespace

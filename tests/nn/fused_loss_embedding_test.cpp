@@ -30,8 +30,8 @@ void expect_near_all(const std::vector<double>& got, const std::vector<double>& 
 }
 
 // Values from PyTorch 1.13 (torch.nn.functional.cross_entropy, f64).
-const std::vector<double> kLogits = {0.5, -1.25, 2.0, 0.0,  1.5, 0.25,
-                                     -0.75, 3.0, -2.0, 0.5, 1.0, -0.5};
+const std::vector<double> kLogits = {0.5,   -1.25, 2.0,  0.0, 1.5, 0.25,
+                                     -0.75, 3.0,   -2.0, 0.5, 1.0, -0.5};
 
 TEST(FusedCrossEntropy, MatchesPyTorch) {
   Tensor x = f64(kLogits, {3, 4});
@@ -40,8 +40,7 @@ TEST(FusedCrossEntropy, MatchesPyTorch) {
   EXPECT_NEAR(F::cross_entropy(x, t, Reduction::mean, 0.1).item<double>(), 2.7671133349200825,
               1e-12);
   EXPECT_NEAR(F::cross_entropy(x, t, Reduction::sum).item<double>(), 5.7154766698401644, 1e-12);
-  EXPECT_NEAR(F::cross_entropy(x, t, Reduction::sum, 0.1).item<double>(), 5.534226669840165,
-              1e-12);
+  EXPECT_NEAR(F::cross_entropy(x, t, Reduction::sum, 0.1).item<double>(), 5.534226669840165, 1e-12);
   expect_near_all(values(F::cross_entropy(x, t, Reduction::none)),
                   {3.5844986126036624, 0.0, 2.1309780572365025}, 1e-12);
   expect_near_all(values(F::cross_entropy(x, t, Reduction::none, 0.1)),

@@ -24,12 +24,12 @@
 
 #include <vector>
 
-#include "tensor/autocast_policy.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
 #include "nn/functional/checks.h"
+#include "tensor/autocast_policy.h"
 
 namespace ddp::nn::functional {
 
@@ -141,8 +141,8 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
                   .contiguous();
           Tensor dx = Tensor::empty(x.shape(), TensorOptions(out_dtype).device(x.device()));
           if (n > 0)
-            kernels::call<kernels::cross_entropy_backward>(x.device(), x, t, lse, s,
-                                                           ignore_index, eps, dx);
+            kernels::call<kernels::cross_entropy_backward>(x.device(), x, t, lse, s, ignore_index,
+                                                           eps, dx);
           dx = dx.view(moved_shape);
           if (!inverse.empty()) dx = dx.permute(inverse).contiguous();
           return {dx};
