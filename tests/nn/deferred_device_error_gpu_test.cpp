@@ -24,7 +24,7 @@ Tensor i64(const std::vector<int64_t>& v) {
 
 TEST(DeferredDeviceErrorGpu, EmbeddingIndexRaisesAtTheNextCopyToHost) {
   SKIP_WITHOUT_GPU();
-  Tensor w = on_gpu(Tensor::arange(20, TensorOptions(DType::f32)).reshape({5, 4}));
+  Tensor w = on_gpu(arange(20, TensorOptions(DType::f32)).reshape({5, 4}));
   Tensor out;
   ASSERT_NO_THROW(out = F::embedding(on_gpu(i64({1, 4, 7, 0})), w));  // no host check
   EXPECT_DDP_ERROR(out.cpu(), IndexError,
@@ -49,7 +49,7 @@ TEST(DeferredDeviceErrorGpu, EverySynchronisationPointReports) {
   ev.record(cuda::current_stream(0));
   EXPECT_DDP_ERROR(ev.synchronize(), IndexError, "embedding: index -3");
   Tensor out = F::embedding(bad, w);
-  EXPECT_DDP_ERROR(out.sum().item<double>(), IndexError, "embedding: index -3");
+  EXPECT_DDP_ERROR(sum(out).item<double>(), IndexError, "embedding: index -3");
   EXPECT_NO_THROW(cuda::synchronize(0));
 }
 

@@ -56,7 +56,7 @@ TEST(MaxPool2dNhwcGpu, ResNetStemMatchesTheCpuWithoutConversions) {
     Tensor y_gpu = F::max_pool2d(x_gpu, c.kernel, c.stride, c.padding, c.dilation);
     EXPECT_TRUE(F::is_channels_last(y_gpu));
     // dy broadcast from one value per channel: read through its zero strides.
-    Tensor dy = Tensor::arange(c.shape[1], TensorOptions(DType::f32))
+    Tensor dy = arange(c.shape[1], TensorOptions(DType::f32))
                     .reshape({1, c.shape[1], 1, 1})
                     .expand(y_gpu.shape());
     y_gpu.backward(dy.to(Device::cuda(0)));
