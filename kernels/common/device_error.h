@@ -32,14 +32,26 @@ inline const char* device_error_op_name(int32_t op) {
   return "a CUDA kernel";
 }
 
-// state: 0 clear, 1 being written by the first failing thread, 2 written.
-// Only the first error after a check is kept; later ones find state != 0.
+// The record, in mapped pinned host memory. state: 0 clear, 2 written. The
+// host bumps `generation` each time it clears the record; a failing thread
+// claims the record by moving the device-side claim counter from the
+// generation it reads to the next one, so one thread per generation writes
+// (Note [Deferred device errors]). Only the first error after a check is kept.
 struct DeviceErrorRecord {
   int32_t state;
   int32_t op;        // a DeviceErrorOp
   int64_t value;     // the bad index
   int64_t position;  // its position (row-major) in the index tensor
   int64_t bound;     // valid values are [0, bound)
+  int32_t generation;
+};
+
+// What a kernel gets: the record as the device addresses it, and the claim
+// counter in device memory (atomics stay in device memory: atomics on
+// mapped host memory are not guaranteed over every link).
+struct DeviceErrorSlot {
+  DeviceErrorRecord* record;
+  int32_t* claim;
 };
 
 }  // namespace ddp::kernels

@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kRowThreads)
     cross_entropy_forward_kernel(const T* __restrict__ x, const int64_t* __restrict__ target,
                                  int64_t n, int64_t classes, int64_t ignore_index, double eps,
                                  compute_t<T>* __restrict__ loss, compute_t<T>* __restrict__ lse,
-                                 DeviceErrorRecord* rec) {
+                                 DeviceErrorSlot rec) {
   using C = compute_t<T>;
   __shared__ LseSum<C> warp_parts[kRowThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -143,7 +143,7 @@ void launch_cross_entropy_forward(const Tensor& logits, const Tensor& target, in
   OnDevice on(logits);
   const int64_t n = logits.size(0), classes = logits.size(1);
   if (n == 0) return;
-  DeviceErrorRecord* rec = detail::device_error_record(logits.device().index);
+  DeviceErrorSlot rec = detail::device_error_record(logits.device().index);
   const unsigned blocks = unsigned(std::min<int64_t>(n, 65536));
   dispatch_floating(logits.dtype(), "cross_entropy", [&]<class T>() {
     using C = compute_t<T>;

@@ -10,16 +10,20 @@ namespace ddp::cuda_kernels {
 
 using kernels::DeviceErrorOp;
 using kernels::DeviceErrorRecord;
+using kernels::DeviceErrorSlot;
 
-__device__ __forceinline__ void report_index_error(DeviceErrorRecord* rec, DeviceErrorOp op,
+__device__ __forceinline__ void report_index_error(DeviceErrorSlot slot, DeviceErrorOp op,
                                                    int64_t value, int64_t position, int64_t bound) {
-  if (atomicCAS(&rec->state, 0, 1) != 0) return;  // an earlier error is kept
+  const int32_t gen = *reinterpret_cast<volatile int32_t*>(&slot.record->generation);
+  if (atomicCAS(slot.claim, gen, gen + 1) != gen) return;  // this generation's error is taken
+  DeviceErrorRecord* rec = slot.record;
   rec->op = int32_t(op);
   rec->value = value;
   rec->position = position;
   rec->bound = bound;
   __threadfence_system();  // the fields before the state, as the host sees them
-  atomicExch(&rec->state, 2);
+  *reinterpret_cast<volatile int32_t*>(&rec->state) = 2;
+  __threadfence_system();
 }
 
 }  // namespace ddp::cuda_kernels

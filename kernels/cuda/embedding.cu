@@ -26,7 +26,7 @@ namespace {
 template <class T, class I>
 __global__ void embedding_forward_kernel(const T* __restrict__ w, const I* __restrict__ index,
                                          T* __restrict__ out, int64_t n, int64_t dim, int64_t num,
-                                         DeviceErrorRecord* rec) {
+                                         DeviceErrorSlot rec) {
   DDP_KERNEL_LOOP(e, n * dim) {
     const int64_t i = e / dim, j = e - i * dim;
     const int64_t k = int64_t(index[i]);
@@ -42,7 +42,7 @@ __global__ void embedding_forward_kernel(const T* __restrict__ w, const I* __res
 template <class I>
 __global__ void embedding_keys_kernel(const I* __restrict__ index, int32_t* __restrict__ keys,
                                       int32_t* __restrict__ positions, int64_t n, int64_t num,
-                                      DeviceErrorRecord* rec) {
+                                      DeviceErrorSlot rec) {
   DDP_KERNEL_LOOP(i, n) {
     const int64_t k = int64_t(index[i]);
     const bool bad = k < 0 || k >= num;
@@ -81,7 +81,7 @@ void embedding_forward(const Tensor& weight, const Tensor& index, const Tensor& 
                        cuda::Stream stream) {
   const int64_t n = index.numel(), num = weight.size(0), dim = weight.size(1);
   if (n == 0 || dim == 0) return;
-  DeviceErrorRecord* rec = detail::device_error_record(weight.device().index);
+  DeviceErrorSlot rec = detail::device_error_record(weight.device().index);
   dispatch_floating(weight.dtype(), "embedding", [&]<class T>() {
     dispatch_index(index.dtype(), "embedding", [&]<class I>() {
       embedding_forward_kernel<T, I><<<grid_for(n * dim), kThreads, 0, native(stream)>>>(
@@ -99,7 +99,7 @@ void embedding_backward(const Tensor& dy, const Tensor& index, const Tensor& dwe
   DDP_CHECK_T(IndexError, n < (int64_t(1) << 31) && num < (int64_t(1) << 31) - 1,
               "embedding (backward): {} positions over {} rows exceed the 32-bit sort keys", n,
               num);
-  DeviceErrorRecord* rec = detail::device_error_record(dy.device().index);
+  DeviceErrorSlot rec = detail::device_error_record(dy.device().index);
   const TensorOptions i32 = TensorOptions(DType::i32).device(dy.device());
   Tensor keys_in = Tensor::empty({n}, i32), keys_out = Tensor::empty({n}, i32);
   Tensor pos_in = Tensor::empty({n}, i32), pos_out = Tensor::empty({n}, i32);

@@ -6,9 +6,10 @@
 
 namespace ddp::detail {
 
-// The record of `device` as kernels address it (mapped pinned memory,
-// allocated on first use and kept for the process's life).
-kernels::DeviceErrorRecord* device_error_record(int device);
+// The record of `device` as kernels address it (mapped pinned memory) and
+// its claim counter (device memory), allocated on first use and kept for
+// the process's life.
+kernels::DeviceErrorSlot device_error_record(int device);
 
 // After a synchronisation that covered `device`'s work: raises the recorded
 // error (IndexError naming the op, the value and its position) and clears

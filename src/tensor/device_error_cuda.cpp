@@ -13,8 +13,14 @@
 //
 // The record lives in mapped pinned host memory (cudaHostAllocMapped): the
 // kernel writes it through its device address, the host reads it directly,
-// no copy and no extra kernel. One record per device, allocated the first
-// time a kernel asks for it and kept for the process's life.
+// no copy and no extra kernel. Only one thread may write it per error, and
+// atomics on mapped host memory are not guaranteed over every link, so the
+// claim is a compare-and-swap on a counter in device memory: the thread
+// reads the record's generation g (which the host bumps each time it clears
+// the record) and moves the counter from g to g + 1; the one that succeeds
+// writes the fields and then state = 2. No reset of device memory is ever
+// needed. One record and counter per device, allocated the first time a
+// kernel asks for them and kept for the process's life.
 //
 // Every point where the host waits for the device reads it after the wait:
 // cuda::synchronize, Stream::synchronize, Event::synchronize, and the
@@ -46,6 +52,7 @@ namespace {
 
 constexpr int kMaxRecordDevices = 64;
 std::array<std::atomic<kernels::DeviceErrorRecord*>, kMaxRecordDevices> g_records{};
+std::array<int32_t*, kMaxRecordDevices> g_claims{};  // written before g_records (release)
 std::mutex g_alloc_mutex;
 
 void check_device(int device) {
@@ -53,16 +60,22 @@ void check_device(int device) {
               "device error record: device index {} is outside [0, {})", device, kMaxRecordDevices);
 }
 
+std::mutex g_raise_mutex;  // one thread reads and clears a record at a time
+
 void raise_from(int device, kernels::DeviceErrorRecord* rec) {
   // After the synchronisation the kernel's writes are visible; state 2 says
-  // the fields are complete. Claim it (another thread may check too).
+  // the fields are complete.
   auto* state = reinterpret_cast<volatile int32_t*>(&rec->state);
   if (*state != 2) return;
-  const kernels::DeviceErrorRecord copy = *const_cast<const kernels::DeviceErrorRecord*>(rec);
-  int32_t expected = 2;
-  if (!__atomic_compare_exchange_n(&rec->state, &expected, 0, false, __ATOMIC_ACQ_REL,
-                                   __ATOMIC_ACQUIRE))
-    return;
+  kernels::DeviceErrorRecord copy;
+  {
+    std::lock_guard<std::mutex> lock(g_raise_mutex);
+    if (*state != 2) return;  // another thread took it
+    copy = *const_cast<const kernels::DeviceErrorRecord*>(rec);
+    *state = 0;
+    // A new generation: the next failing kernel can claim the record.
+    __atomic_store_n(&rec->generation, copy.generation + 1, __ATOMIC_RELEASE);
+  }
   DDP_THROW(IndexError,
             "{}: index {} at position {} is out of range [0, {}) (found on cuda:{} at this "
             "synchronisation; the op ran earlier, asynchronously: see Deferred device errors "
@@ -72,14 +85,17 @@ void raise_from(int device, kernels::DeviceErrorRecord* rec) {
 
 }  // namespace
 
-kernels::DeviceErrorRecord* device_error_record(int device) {
+kernels::DeviceErrorSlot device_error_record(int device) {
   check_device(device);
   kernels::DeviceErrorRecord* rec = g_records[size_t(device)].load(std::memory_order_acquire);
-  if (rec) return rec;
+  if (rec) return {rec, g_claims[size_t(device)]};
   std::lock_guard<std::mutex> lock(g_alloc_mutex);
   rec = g_records[size_t(device)].load(std::memory_order_relaxed);
-  if (rec) return rec;
+  if (rec) return {rec, g_claims[size_t(device)]};
   CudaDeviceGuard guard(device);
+  void* claim = nullptr;
+  DDP_CUDA_CHECK(cudaMalloc(&claim, sizeof(int32_t)));
+  DDP_CUDA_CHECK(cudaMemset(claim, 0, sizeof(int32_t)));  // generation 0 unclaimed
   void* host = nullptr;
   DDP_CUDA_CHECK(cudaHostAlloc(&host, sizeof(kernels::DeviceErrorRecord),
                                cudaHostAllocMapped | cudaHostAllocPortable));
@@ -92,8 +108,10 @@ kernels::DeviceErrorRecord* device_error_record(int device) {
   DDP_CHECK_T(CudaError, dev == host,
               "device error record: mapped memory has a different device address on cuda:{}",
               device);
+  DDP_CUDA_CHECK(cudaDeviceSynchronize());  // the memset done before any kernel reads it
+  g_claims[size_t(device)] = static_cast<int32_t*>(claim);
   g_records[size_t(device)].store(h, std::memory_order_release);
-  return h;
+  return {h, g_claims[size_t(device)]};
 }
 
 void raise_deferred_device_error(int device) {
