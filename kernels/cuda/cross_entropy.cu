@@ -76,7 +76,7 @@ __global__ void __launch_bounds__(kRowThreads)
       if (v != v || v > acc.m) {  // a new max (or a NaN): rescale what was summed
         acc.s = (acc.m == -inf ? C(0) : acc.s * ce_exp(acc.m - v)) + C(1);
         acc.m = v;
-      } else {
+      } else if (acc.m != -inf) {  // v = m = −inf adds nothing (and exp(−inf + inf) is NaN)
         acc.s += ce_exp(v - acc.m);
       }
     }
