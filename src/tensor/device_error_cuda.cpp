@@ -43,6 +43,7 @@
 
 #include "core/cuda_check.h"
 #include "ddp/core/error.h"
+#include "ddp/tensor/cuda.h"
 #include "tensor/device_error.h"
 #include "tensor/device_guard.h"
 
@@ -95,7 +96,14 @@ kernels::DeviceErrorSlot device_error_record(int device) {
   CudaDeviceGuard guard(device);
   void* claim = nullptr;
   DDP_CUDA_CHECK(cudaMalloc(&claim, sizeof(int32_t)));
-  DDP_CUDA_CHECK(cudaMemset(claim, 0, sizeof(int32_t)));  // generation 0 unclaimed
+  // Generation 0 unclaimed, in place before any kernel reads it: zeroed on
+  // the device's current stream (where the asking kernel is about to run),
+  // waiting for that stream only, never for the whole device (a collective
+  // on another stream may be waiting for other ranks). Later kernels on
+  // other streams are ordered after this host wait.
+  auto stream = static_cast<cudaStream_t>(cuda::current_stream(device).handle());
+  DDP_CUDA_CHECK(cudaMemsetAsync(claim, 0, sizeof(int32_t), stream));
+  DDP_CUDA_CHECK(cudaStreamSynchronize(stream));
   void* host = nullptr;
   DDP_CUDA_CHECK(cudaHostAlloc(&host, sizeof(kernels::DeviceErrorRecord),
                                cudaHostAllocMapped | cudaHostAllocPortable));
@@ -108,7 +116,6 @@ kernels::DeviceErrorSlot device_error_record(int device) {
   DDP_CHECK_T(CudaError, dev == host,
               "device error record: mapped memory has a different device address on cuda:{}",
               device);
-  DDP_CUDA_CHECK(cudaDeviceSynchronize());  // the memset done before any kernel reads it
   g_claims[size_t(device)] = static_cast<int32_t*>(claim);
   g_records[size_t(device)].store(h, std::memory_order_release);
   return {h, g_claims[size_t(device)]};
