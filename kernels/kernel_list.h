@@ -92,7 +92,7 @@ DDP_DECLARE_KERNEL(max_pool2d_forward, void,
 DDP_DECLARE_KERNEL(max_pool2d_backward, void,
                    (const Tensor& dy, const Tensor& indices, const Tensor& dx))
 // The same on [N, C, H, W] NHWC-strided tensors (Note [Channels-last
-// tensors]), CPU only (Note [Channels-last max_pool2d]): x, y, indices and dx
+// tensors]), on the CPU and CUDA (Note [Channels-last max_pool2d]): x, y, indices and dx
 // NHWC-strided; indices hold the same h·W + w as the planar kernel's; dy
 // [N, C, OH, OW] with any strides (read through them, so a broadcast or NCHW
 // dy needs no copy).
@@ -113,6 +113,42 @@ DDP_DECLARE_KERNEL(layer_norm_backward, void,
                    (const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                     const Tensor& dbias))
+
+// ---- embedding (src/nn/functional/embedding.cpp) -----------------------------------
+// weight [num, dim] contiguous floating; index [n] contiguous i64 or i32;
+// out [n, dim] contiguous in weight's dtype: out[i] = weight[index[i]]. An
+// index outside [0, num): the CPU raises IndexError naming "embedding", the
+// value and its position; CUDA records it in the device error record and
+// writes a zero row (Note [Deferred device errors]).
+DDP_DECLARE_KERNEL(embedding_forward, void,
+                   (const Tensor& weight, const Tensor& index, const Tensor& out))
+// dweight [num, dim] contiguous (weight's dtype) = Σ over i with index[i] = r
+// of dy[i] (dy [n, dim] contiguous), summed in the compute type in the order
+// of i, so the result is deterministic and equal on every backend. Bad
+// indices: as in forward (their rows are skipped).
+DDP_DECLARE_KERNEL(embedding_backward, void,
+                   (const Tensor& dy, const Tensor& index, const Tensor& dweight))
+
+// ---- cross_entropy (src/nn/functional/loss.cpp; Note [Fused cross entropy]) ------
+// logits [n, C] contiguous floating; target [n] contiguous i64; loss and lse
+// [n] contiguous in the compute dtype (f64 for f64, else f32). Per row i:
+//   lse_i  = log Σ_c exp(x_ic)
+//   loss_i = valid_i · ((1−ε)·(lse_i − x_{i,t_i}) + ε·(lse_i − Σ_c x_ic / C))
+// with valid_i = (t_i != ignore_index), ε = label_smoothing. A target outside
+// [0, C) other than ignore_index: the CPU raises IndexError naming
+// "cross_entropy"; CUDA records it (Note [Deferred device errors]) and writes
+// NaN as that row's loss.
+DDP_DECLARE_KERNEL(cross_entropy_forward, void,
+                   (const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                    double label_smoothing, const Tensor& loss, const Tensor& lse))
+// dx [n, C] contiguous in logits' dtype:
+//   dx_ic = valid_i · scale_i · (exp(x_ic − lse_i) − (1−ε)·[c = t_i] − ε/C)
+// with lse from forward and scale [n] contiguous in the compute dtype. A
+// target out of range matches no class (forward has reported it).
+DDP_DECLARE_KERNEL(cross_entropy_backward, void,
+                   (const Tensor& logits, const Tensor& target, const Tensor& lse,
+                    const Tensor& scale, int64_t ignore_index, double label_smoothing,
+                    const Tensor& dx))
 
 // ---- linear (src/nn/functional/linear.cpp) -----------------------------------------
 // y [rows, out] = x [rows, in] · wᵀ (+ bias [out]) in one library call; all
