@@ -38,6 +38,7 @@ inline unsigned grid_for(int64_t n) {
 
 template <int N>
 struct Indexer {
+  using index_t = int64_t;
   int ndim = 0;
   int64_t sizes[kMaxDims];
   int64_t strides[N][kMaxDims];
