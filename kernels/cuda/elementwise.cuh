@@ -59,12 +59,17 @@ struct Indexer32 {
   __device__ __forceinline__ void offsets(uint32_t i, uint32_t (&off)[N]) const {
 #pragma unroll
     for (int k = 0; k < N; ++k) off[k] = 0;
-    for (int d = ndim - 1; d >= 1; --d) {
-      uint32_t q, r;
-      sizes[d].divmod(i, q, r);
+    // Unrolled over kMaxDims with constant indices, so the dividers and
+    // strides are read from the parameter bank instead of a local copy.
 #pragma unroll
-      for (int k = 0; k < N; ++k) off[k] += r * strides[k][d];
-      i = q;
+    for (int d = kMaxDims - 1; d >= 1; --d) {
+      if (d < ndim) {
+        uint32_t q, r;
+        sizes[d].divmod(i, q, r);
+#pragma unroll
+        for (int k = 0; k < N; ++k) off[k] += r * strides[k][d];
+        i = q;
+      }
     }
     if (ndim > 0) {
 #pragma unroll
