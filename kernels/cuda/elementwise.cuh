@@ -223,7 +223,7 @@ void launch_elementwise(const char* kernel_name, const F& f, cuda::Stream stream
   } else {
     std::array<const Shape*, N> strides;
     strides[0] = &out.strides();
-    for (size_t k = 0; k < M; ++k) strides[k + 1] = &ins[k]->strides();
+    for (int k = 1; k < N; ++k) strides[size_t(k)] = &ins[size_t(k - 1)]->strides();
     ix = make_indexer<N>(out.shape(), strides);
   }
   std::apply(
