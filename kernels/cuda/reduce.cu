@@ -209,9 +209,18 @@ inline constexpr int64_t kTargetBlocks = 2048;  // enough to fill any current GP
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Scratch for pass 1 on the current stream's pool (Note [CUDA two-pass reductions]).
+// Scratch for pass 1 (Note [CUDA two-pass reductions]). It comes from the
+// current stream's pool, so freeing it right after the launches is safe when
+// the kernels run there (always, through CudaBackend).
 static Tensor scratch(const Tensor& like, int64_t bytes) {
   return Tensor::empty({bytes}, TensorOptions().dtype(DType::u8).device(like.device()));
+}
+
+// Called after the launches: on another stream, the scratch's reuse waits
+// for the work queued there so far.
+static void release_after(const Tensor& buf, cuda::Stream stream) {
+  if (!(stream == cuda::current_stream(buf.device().index)))
+    cuda::record_stream(buf.data_ptr(), stream);
 }
 
 template <class R>
@@ -240,6 +249,7 @@ static void launch_rows(const Tensor& in, const Tensor& out, cuda::Stream stream
   DDP_CUDA_CHECK_LAUNCH("rows_kernel");
   rows_finish_kernel<R><<<unsigned(rows), kThreads, 0, s>>>(ip, partials, op, rows, cols, splits);
   DDP_CUDA_CHECK_LAUNCH("rows_finish_kernel");
+  release_after(buf, stream);
 }
 
 template <class R>
@@ -269,6 +279,7 @@ static void launch_cols(const Tensor& in, const Tensor& out, cuda::Stream stream
   cols_kernel<R, true>
       <<<dim3(unsigned(tiles), 1), block, 0, s>>>(partials, ip, nullptr, op, used, cols, used);
   DDP_CUDA_CHECK_LAUNCH("cols_kernel");
+  release_after(buf, stream);
 }
 
 template <bool Columns, class R>
