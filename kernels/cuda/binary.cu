@@ -1,63 +1,50 @@
 // Binary elementwise ops, comparisons and where on CUDA, instantiated from
 // DDP_FOR_EACH_BINARY_OP / DDP_FOR_EACH_COMPARE_OP and functors.h. See Note
-// [One list per op family] in op_list.h and Note [CUDA strided operands] in
-// common.cuh.
+// [One list per op family] in op_list.h and Note [CUDA elementwise paths] in
+// elementwise.cuh.
 
 #include "cuda/common.cuh"
+#include "cuda/elementwise.cuh"
 #include "cuda/launchers.h"
 #include "ddp/tensor/functors.h"
 
 namespace ddp::cuda_kernels {
 
+// Functors on storage types for launch_elementwise (Note [CUDA elementwise
+// paths] in elementwise.cuh); they compute in compute_t<T>.
 template <class Fn, class T>
-static __global__ void binary_kernel(const T* a, const T* b, T* out, Indexer<3> ix, int64_t n) {
-  DDP_KERNEL_LOOP(i, n) {
-    int64_t off[3];
-    ix.offsets(i, off);
-    out[off[2]] = store<T>(Fn::apply(load(a[off[0]]), load(b[off[1]])));
+struct BinaryElement {
+  __device__ __forceinline__ T operator()(T a, T b) const {
+    return store<T>(Fn::apply(load(a), load(b)));
   }
-}
+};
 
 template <class Fn, class T>
-static __global__ void compare_kernel(const T* a, const T* b, bool* out, Indexer<3> ix, int64_t n) {
-  DDP_KERNEL_LOOP(i, n) {
-    int64_t off[3];
-    ix.offsets(i, off);
-    out[off[2]] = bool(Fn::apply(load(a[off[0]]), load(b[off[1]])));
+struct CompareElement {
+  __device__ __forceinline__ bool operator()(T a, T b) const {
+    return bool(Fn::apply(load(a), load(b)));
   }
-}
+};
 
 template <class T>
-static __global__ void where_kernel(const bool* cond, const T* a, const T* b, T* out, Indexer<4> ix,
-                                    int64_t n) {
-  DDP_KERNEL_LOOP(i, n) {
-    int64_t off[4];
-    ix.offsets(i, off);
-    out[off[3]] = cond[off[0]] ? a[off[1]] : b[off[2]];
-  }
-}
+struct WhereElement {
+  __device__ __forceinline__ T operator()(bool c, T a, T b) const { return c ? a : b; }
+};
 
 template <class Fn>
 static void binary_op(const char* name, const Tensor& a, const Tensor& b, const Tensor& out,
                       cuda::Stream stream) {
-  const int64_t n = out.numel();
-  const Indexer<3> ix = make_indexer(a, b, out);
   dispatch_numeric(out.dtype(), name, [&]<class T>() {
-    binary_kernel<Fn, T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<const T>(a), ptr<const T>(b),
-                                                               ptr<T>(out), ix, n);
-    DDP_CUDA_CHECK_LAUNCH("binary_kernel");
+    launch_elementwise<T, T, T>("binary_kernel", BinaryElement<Fn, T>{}, stream, out, {&a, &b});
   });
 }
 
 template <class Fn>
 static void compare_op(const char* name, const Tensor& a, const Tensor& b, const Tensor& out,
                        cuda::Stream stream) {
-  const int64_t n = out.numel();
-  const Indexer<3> ix = make_indexer(a, b, out);
   dispatch_all(a.dtype(), name, [&]<class T>() {
-    compare_kernel<Fn, T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<const T>(a), ptr<const T>(b),
-                                                                ptr<bool>(out), ix, n);
-    DDP_CUDA_CHECK_LAUNCH("compare_kernel");
+    launch_elementwise<bool, T, T>("compare_kernel", CompareElement<Fn, T>{}, stream, out,
+                                   {&a, &b});
   });
 }
 
@@ -92,11 +79,9 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
            cuda::Stream stream) {
   const int64_t n = out.numel();
   if (n == 0) return;
-  const Indexer<4> ix = make_indexer(cond, a, b, out);
   dispatch_all(out.dtype(), "where", [&]<class T>() {
-    where_kernel<T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<const bool>(cond), ptr<const T>(a),
-                                                          ptr<const T>(b), ptr<T>(out), ix, n);
-    DDP_CUDA_CHECK_LAUNCH("where_kernel");
+    launch_elementwise<T, bool, T, T>("where_kernel", WhereElement<T>{}, stream, out,
+                                      {&cond, &a, &b});
   });
 }
 

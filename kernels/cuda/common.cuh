@@ -7,9 +7,10 @@
 // the shape with size-1 dims dropped and neighbouring dims merged where every
 // operand walks them as one (stride[d] == stride[d+1] * size[d+1]), plus each
 // operand's strides. All-contiguous operands become one dim with unit
-// strides, so offsets() does no division: that is the contiguous fast path.
-// Kernels are grid-stride loops over the linear element index i in
-// row-major order of the shape.
+// strides, so offsets() does no division. Kernels are grid-stride loops over
+// the linear element index i in row-major order of the shape. Elementwise
+// kernels choose between this 64-bit Indexer, its 32-bit twin and a flat
+// vectorised loop (Note [CUDA elementwise paths] in elementwise.cuh).
 
 #include <cuda_runtime.h>
 
@@ -38,6 +39,7 @@ inline unsigned grid_for(int64_t n) {
 
 template <int N>
 struct Indexer {
+  using index_t = int64_t;
   int ndim = 0;
   int64_t sizes[kMaxDims];
   int64_t strides[N][kMaxDims];

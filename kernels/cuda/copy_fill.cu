@@ -1,28 +1,22 @@
 // copy (strided, with a cast between any two dtypes), fill and arange on CUDA.
-// See Note [CUDA strided operands] in common.cuh.
+// See Note [CUDA elementwise paths] in elementwise.cuh.
 
 #include "cuda/common.cuh"
+#include "cuda/elementwise.cuh"
 #include "cuda/launchers.h"
 
 namespace ddp::cuda_kernels {
 
 template <class S, class D>
-static __global__ void copy_kernel(const S* src, D* dst, Indexer<2> ix, int64_t n) {
-  DDP_KERNEL_LOOP(i, n) {
-    int64_t off[2];
-    ix.offsets(i, off);
-    dst[off[1]] = cast_to<D>(src[off[0]]);
-  }
-}
+struct CastElement {
+  __device__ __forceinline__ D operator()(S v) const { return cast_to<D>(v); }
+};
 
 template <class T>
-static __global__ void fill_kernel(T* out, T value, Indexer<1> ix, int64_t n) {
-  DDP_KERNEL_LOOP(i, n) {
-    int64_t off[1];
-    ix.offsets(i, off);
-    out[off[0]] = value;
-  }
-}
+struct FillElement {
+  T value;
+  __device__ __forceinline__ T operator()() const { return value; }
+};
 
 // Like the CPU kernel: each element from its index, in double, rounded once.
 // The explicit _rn intrinsics keep nvcc from fusing into an FMA, so the
@@ -41,23 +35,17 @@ void copy(const Tensor& src, const Tensor& dst, cuda::Stream stream) {
                                      cudaMemcpyDeviceToDevice, native(stream)));
     return;
   }
-  const Indexer<2> ix = make_indexer(src, dst);
   dispatch_all(src.dtype(), "copy", [&]<class S>() {
     dispatch_all(dst.dtype(), "copy", [&]<class D>() {
-      copy_kernel<S, D>
-          <<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<const S>(src), ptr<D>(dst), ix, n);
-      DDP_CUDA_CHECK_LAUNCH("copy_kernel");
+      launch_elementwise<D, S>("copy_kernel", CastElement<S, D>{}, stream, dst, {&src});
     });
   });
 }
 
 void fill(const Tensor& out, double value, cuda::Stream stream) {
-  const int64_t n = out.numel();
-  if (n == 0) return;
-  const Indexer<1> ix = make_indexer(out);
+  if (out.numel() == 0) return;
   dispatch_all(out.dtype(), "fill", [&]<class T>() {
-    fill_kernel<T><<<grid_for(n), kThreads, 0, native(stream)>>>(ptr<T>(out), cast_to<T>(value), ix, n);
-    DDP_CUDA_CHECK_LAUNCH("fill_kernel");
+    launch_elementwise<T>("fill_kernel", FillElement<T>{cast_to<T>(value)}, stream, out, {});
   });
 }
 

@@ -76,13 +76,19 @@ inline Tensor grad_as(const Tensor& g, DType input_dtype) {
 
 // x with the sorted `dims` moved last, made contiguous and viewed as
 // [rows, cols] for Backend::reduce_rows. keep_shape is x's shape with the
-// reduced dims set to 1, drop_shape without them.
+// reduced dims set to 1, drop_shape without them. When x already lies with
+// the reduced dims outermost (a bias gradient's sum over the batch, an NHWC
+// tensor's sum over N, H, W), rows2d is left undefined and cols2d is the
+// copy-free [cols, rows] view for Backend::reduce_cols instead.
 struct RowsView {
   Tensor rows2d;
+  Tensor cols2d;
   int64_t rows = 1, cols = 1;
   Shape keep_shape, drop_shape;
 };
 RowsView as_rows(const Tensor& x, const std::vector<int64_t>& dims);
+// Runs the reduction of rv into out1d ([rows]): reduce_rows or reduce_cols.
+void reduce_view(Backend& be, ReduceOp op, const RowsView& rv, const Tensor& out1d);
 
 // Sum of x over sorted dims, shaped as out_shape (keep_shape or drop_shape
 // of as_rows, or any shape with that numel); integers and bool sum to i64.

@@ -1,7 +1,8 @@
 // Reductions: sum, mean, var, max/min (all elements or along a dim),
 // argmax/argmin and sum_to. Every kernel call goes through as_rows(): the
 // reduced dims are moved last and the input viewed as [rows, cols], the one
-// layout Backend::reduce_rows takes.
+// layout Backend::reduce_rows takes, or, when the reduced dims already lie
+// outermost, viewed as [cols, rows] for Backend::reduce_cols without a copy.
 
 #include <algorithm>
 
@@ -42,8 +43,26 @@ RowsView as_rows(const Tensor& x, const std::vector<int64_t>& dims) {
   bool identity = true;
   for (size_t i = 0; i < perm.size(); ++i) identity = identity && perm[i] == int64_t(i);
   if (!identity) xt = xt.permute(perm);
+  if (!xt.is_contiguous() && nd > 0) {
+    // Reduced dims outermost in memory: reduce the columns of that view
+    // rather than copy (Note [CUDA column reductions]).
+    std::vector<int64_t> outer_first(perm.end() - int64_t(dims.size()), perm.end());
+    outer_first.insert(outer_first.end(), perm.begin(), perm.end() - int64_t(dims.size()));
+    Tensor xc = x.detach().permute(outer_first);
+    if (xc.is_contiguous()) {
+      rv.cols2d = xc.view({rv.cols, rv.rows});
+      return rv;
+    }
+  }
   rv.rows2d = xt.contiguous().view({rv.rows, rv.cols});
   return rv;
+}
+
+void reduce_view(Backend& be, ReduceOp op, const RowsView& rv, const Tensor& out1d) {
+  if (rv.cols2d.defined())
+    be.reduce_cols(op, rv.cols2d, out1d);
+  else
+    be.reduce_rows(op, rv.rows2d, out1d);
 }
 
 Tensor sum_into(const char* op, const Tensor& x, const std::vector<int64_t>& dims,
@@ -56,7 +75,7 @@ Tensor sum_into(const char* op, const Tensor& x, const std::vector<int64_t>& dim
   if (rv.cols == 0) {
     be.fill(out, 0.0);  // an empty sum; the kernel would leave out untouched
   } else {
-    be.reduce_rows(ReduceOp::sum, rv.rows2d, out.view({rv.rows}));
+    reduce_view(be, ReduceOp::sum, rv, out.view({rv.rows}));
   }
 
   // Backward: every summed element receives its row's gradient.
@@ -101,7 +120,7 @@ void check_floating(const char* op, const Tensor& x) {
 Tensor reduce_kernel(const char* op, ReduceOp rop, const RowsView& rv, const Shape& out_shape,
                      DType dtype, Device device) {
   Tensor out = empty_out(op, out_shape, dtype, device);
-  backend_for(device).reduce_rows(rop, rv.rows2d, out.view({rv.rows}));
+  reduce_view(backend_for(device), rop, rv, out.view({rv.rows}));
   return out;
 }
 

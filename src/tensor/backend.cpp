@@ -14,6 +14,15 @@ void Backend::copy_to_host(const Tensor& src, void*, bool) {
             src.device().str());
 }
 
+void Backend::reduce_cols(ReduceOp op, const Tensor& in, const Tensor& out) {
+  const Tensor rows = in.transpose(0, 1).contiguous();
+  if (rows.shape()[1] == 0) {
+    fill(out, 0.0);  // an empty sum, which reduce_rows leaves to the caller
+    return;
+  }
+  reduce_rows(op, rows, out);
+}
+
 namespace {
 // Filled by the registrars while libddp loads (constant-initialised, so
 // their order does not matter).

@@ -139,6 +139,10 @@ class CudaBackend final : public Backend {
     OnDevice on(out);
     cuda_kernels::reduce_rows(op, in, out, on.stream);
   }
+  void reduce_cols(ReduceOp op, const Tensor& in, const Tensor& out) override {
+    OnDevice on(out);
+    cuda_kernels::reduce_cols(op, in, out, on.stream);
+  }
   void bmm(const Tensor& a, const Tensor& b, const Tensor& out) override {
     OnDevice on(out);
     cuda_kernels::bmm(a, b, out, on.stream);
