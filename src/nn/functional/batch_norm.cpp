@@ -5,6 +5,7 @@
 #include "ddp/nn/functional/batch_norm.h"
 
 #include <atomic>
+#include <cstdlib>
 
 #include "tensor/autocast_policy.h"
 #include "ddp/autograd/grad_mode.h"
@@ -178,7 +179,13 @@ void check_batch_norm_args(const std::string& who, const Tensor& x, const Tensor
             x.describe());
 }
 
-std::atomic<bool> g_fusion_enabled{true};
+// On unless the environment says DDP_BATCH_NORM_FUSION=0 (so a benchmark
+// binary can compare both without a flag of its own).
+bool fusion_default() {
+  const char* v = std::getenv("DDP_BATCH_NORM_FUSION");
+  return v == nullptr || std::string(v) != "0";
+}
+std::atomic<bool> g_fusion_enabled{fusion_default()};
 
 }  // namespace
 

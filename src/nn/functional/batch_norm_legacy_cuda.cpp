@@ -43,9 +43,10 @@ Tensor as_4d(const Tensor& t) {
   return t.view({t.size(0), t.size(1), s, 1});
 }
 
+using namespace ::ddp::nn::cudnn_util;
+
 namespace {
 
-using namespace ::ddp::nn::cudnn_util;
 constexpr const char* kOp = "batch_norm (cuDNN)";
 
 // Runs `call(x, outs...)` with the data tensors as they are; when cuDNN

@@ -66,7 +66,8 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& running_mean, const Te
 
 // Whether nn::BatchNorm2d::forward_add_relu (so the ResNet blocks) calls
 // batch_norm_add_relu (the default) or composes batch_norm, add and relu.
-// Process-wide; meant for comparisons and benchmarks.
+// Process-wide; meant for comparisons and benchmarks. The environment
+// variable DDP_BATCH_NORM_FUSION=0 sets it off at startup.
 void set_batch_norm_fusion_enabled(bool enabled);
 bool batch_norm_fusion_enabled();
 
