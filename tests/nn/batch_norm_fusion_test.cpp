@@ -12,6 +12,7 @@
 
 #include "ddp/amp/autocast.h"
 #include "ddp/autograd/gradcheck.h"
+#include "ddp/autograd/node.h"
 #include "ddp/nn/batch_norm.h"
 #include "ddp/nn/functional/batch_norm.h"
 #include "ddp/nn/functional/conv.h"
