@@ -96,9 +96,12 @@ Tensor batch_norm_kernels(const Tensor& x, const Tensor& rm, const Tensor& rv,
   const int64_t c = x.size(1);
   const bool channels_last = is_channels_last(x);
   // x, dy and the residual in x's layout (Note [Layout conversion count]).
-  auto in_x_layout = [channels_last](const Tensor& t) {
-    if (channels_last ? !is_channels_last(t) : !t.is_contiguous())
-      detail::count_layout_conversion();
+  auto has_x_layout = [channels_last](const Tensor& t) {
+    return channels_last ? is_channels_last(t) : t.is_contiguous();
+  };
+  auto in_x_layout = [channels_last, has_x_layout](const Tensor& t) {
+    if (has_x_layout(t)) return t;
+    detail::count_layout_conversion();
     return channels_last ? to_channels_last(t) : t.contiguous();
   };
   Tensor xk = channels_last ? x.detach() : in_x_layout(x.detach());
@@ -145,14 +148,30 @@ Tensor batch_norm_kernels(const Tensor& x, const Tensor& rm, const Tensor& rv,
     autograd::record(fused ? "batch_norm_add_relu" : "batch_norm", {x, weight, bias, residual},
                      {y},
                      [xk, ys, w, save_mean, save_invstd, batch_stats, eps, fused, need_dx,
-                      need_dw, need_db, need_dr, wdt, bdt, like_x,
-                      in_x_layout](const Tensors& g) -> Tensors {
+                      need_dw, need_db, need_dr, wdt, bdt, like_x, in_x_layout,
+                      has_x_layout](const Tensors& g) -> Tensors {
                        const Device dev = xk.device();
-                       Tensor dy = in_x_layout(g[0].detach().to(xk.dtype()));
+                       Tensor dy = g[0].detach().to(xk.dtype());
                        TensorOptions o = TensorOptions(xk.dtype()).device(dev);
                        Tensor dx = need_dx ? like_x(xk.dtype()) : Tensor();
                        Tensor dw = need_dw ? Tensor::empty({xk.size(1)}, o.dtype(wdt)) : Tensor();
                        Tensor db = need_db ? Tensor::empty({xk.size(1)}, o.dtype(bdt)) : Tensor();
+                       if (fused && !has_x_layout(dy)) {
+                         // Note [Fused backward of a strided gradient]
+                         // A gradient in another layout (the broadcast one of
+                         // a global average pool after the last block) is
+                         // masked by a tensor op, whose result takes y's
+                         // layout (Note [Memory-format propagation]), instead
+                         // of being copied into x's layout and then masked:
+                         // the same single pass the composed relu makes, and
+                         // no layout conversion.
+                         Tensor dz = where(gt(ys, 0.0), dy, Tensor::zeros({}, o));
+                         dz = in_x_layout(dz);
+                         kernels::call<kernels::batch_norm_backward>(
+                             dev, xk, dz, w, save_mean, save_invstd, batch_stats, eps, dx, dw, db);
+                         return {dx, dw, db, need_dr ? dz : Tensor()};
+                       }
+                       dy = in_x_layout(dy);
                        Tensor dr = need_dr ? like_x(xk.dtype()) : Tensor();
                        if (fused)
                          kernels::call<kernels::batch_norm_add_relu_backward>(
