@@ -94,6 +94,11 @@ void add_fused_batch_norm(std::vector<OpInfo>& ops) {
                       });
   stats.cuda_samples = {fused_sample({8, 256, 56, 56})};
   stats.cuda_scaled_tolerance = kNormTolerance;
+  stats.bad_inputs = {bad_input<ShapeError>(
+      "running statistics of the wrong size", "per-channel tensors must be [3]", [](Device d) {
+        Tensor x = Tensor::zeros({2, 3, 4}, opts(DType::f32, d)), r = Tensor::zeros({2}, opts(DType::f32, d));
+        batch_norm_add_relu(x, r, r, {}, {}, x, true);
+      })};
   ops.push_back(std::move(stats));
 }
 
