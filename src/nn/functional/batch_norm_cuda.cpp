@@ -32,6 +32,12 @@
 // found unsupported is cached as such, so the fallback costs one build
 // attempt per key. Evaluation-mode gradients have no cuDNN call: tensor
 // ops (eval_backward).
+// Not used here: the frontend's genstats (per-channel sum and sum of
+// squares) and bn_finalize (statistics, scale/bias and running update
+// from those sums). They split the training forward where something must
+// happen between the two halves, which for one device nothing does (the
+// batchnorm node computes the same statistics in one graph); their place is
+// SyncBatchNorm's CUDA path, whose all-reduce of the sums goes between them.
 
 #include "ddp/config.h"
 
