@@ -20,8 +20,9 @@
 // ReLU folded into the apply sweep (one read of x and residual, one write of
 // y, instead of writing bn(x), reading it back with the residual for the
 // add, and once more for the ReLU), and the ReLU's backward folded into the
-// sums and the dx sweep (the mask y > 0 applied as dy is read; dresidual
-// written in the sums' pass, then read back as the dx sweep's dz). Each
+// sums and the dx sweep for NHWC (the mask y > 0 applied as dy is read, in
+// both passes; dresidual written by the dx sweep; NCHW masks in a pass of
+// its own, see add_relu_backward). Each
 // value is computed with the composed ops' expressions in their order (the
 // bn result rounded to T before the add, fn::ReluFn's mask), so fused and
 // composed results are equal, bit for bit.
@@ -170,6 +171,18 @@ void per_channel_affine(const Layout& l, const T* u, const T* v, const std::vect
   }
 }
 
+// row(c, base) for every contiguous run of one channel's elements in an NCHW
+// layout: elements base .. base + l.s − 1. The fused loops hoist channel c's
+// coefficients into locals per run: read through a pointer inside the
+// loop, they would be reloaded after every store (the output may alias
+// them as far as the compiler knows), which keeps the loop from
+// vectorising.
+template <class F>
+void nchw_rows(const Layout& l, F&& row) {
+  for (int64_t n = 0; n < l.n; ++n)
+    for (int64_t c = 0; c < l.c; ++c) row(c, (n * l.c + c) * l.s);
+}
+
 // f(c, i) for every element i of channel c, in memory order.
 template <class F>
 void sweep(const Layout& l, F&& f) {
@@ -265,18 +278,26 @@ void apply_add_relu(const Layout& l, const Tensor& x, const std::vector<A>& mean
   const A *ps = scale.data(), *pb = shift.data();
   const T* px = x.data<T>();
   T* po = out.data<T>();
-  if (residual.defined()) {
-    Tensor res = in_layout(residual, l.nhwc);
-    const T* pr = res.data<T>();
-    sweep(l, [=](int64_t c, int64_t i) {
-      const A bn = load(store<T>(ps[c] * load(px[i]) + pb[c]));
-      po[i] = store<T>(fn::ReluFn::forward(load(store<T>(bn + load(pr[i])))));
+  Tensor res = residual.defined() ? in_layout(residual, l.nhwc) : Tensor();
+  const T* pr = res.defined() ? res.data<T>() : nullptr;
+  // One element: the composed ops' expressions (per_channel_affine's apply,
+  // then add, then relu), each rounded to T.
+  auto one = [px, pr, po](A a, A d, int64_t i) {
+    A v = load(store<T>(a * load(px[i]) + d));
+    if (pr) v = load(store<T>(v + load(pr[i])));
+    po[i] = store<T>(fn::ReluFn::forward(v));
+  };
+  if (!l.nhwc)
+    nchw_rows(l, [&](int64_t c, int64_t base) {
+      const A a = ps[c], d = pb[c];
+      if (pr)
+        for (int64_t i = base; i < base + l.s; ++i) one(a, d, i);
+      else
+        for (int64_t i = base; i < base + l.s; ++i)
+          po[i] = store<T>(fn::ReluFn::forward(load(store<T>(a * load(px[i]) + d))));
     });
-  } else {
-    sweep(l, [=](int64_t c, int64_t i) {
-      po[i] = store<T>(fn::ReluFn::forward(load(store<T>(ps[c] * load(px[i]) + pb[c]))));
-    });
-  }
+  else
+    sweep(l, [&](int64_t c, int64_t i) { one(ps[c], pb[c], i); });
   copy_back(out, y);
 }
 
@@ -390,8 +411,8 @@ void add_relu_eval_forward(const Tensor& x_in, const Tensor& weight, const Tenso
 // The backward of batch_norm, and with y given of batch_norm_add_relu: the
 // gradient reaching bn is dz = relu'(y)·dy, computed as dy is read (Note
 // [Fused BatchNorm + add + ReLU loops]); dresidual = dz when defined.
-// kFused (y given) is a template argument so the plain backward's loops
-// carry no mask and no store.
+// kFused (y given; NHWC only, see add_relu_backward) is a template argument
+// so the plain backward's loops carry no mask and no store.
 template <bool kFused>
 void backward_impl(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
                    const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
@@ -419,15 +440,8 @@ void backward_impl(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
       else return load(pdy[i]);
     };
     std::vector<double> sum_dy, sum_dy_xc;  // see Note [Batch-norm sums]
-    // f0 runs once per element: it also writes dresidual when wanted.
     channel_sums<A>(
-        l, sum_dy, sum_dy_xc,
-        [&dz, pdz](int64_t, int64_t i) {
-          const A g = dz(i);
-          if constexpr (kFused)
-            if (pdz) pdz[i] = store<T>(g);
-          return g;
-        },
+        l, sum_dy, sum_dy_xc, [&dz](int64_t, int64_t i) { return dz(i); },
         [&dz, px, pm](int64_t c, int64_t i) { return dz(i) * (load(px[i]) - pm[c]); }, true);
     const double count = double(l.n * l.s);
     std::vector<double> dw(size_t(l.c)), db(size_t(l.c));
@@ -446,19 +460,25 @@ void backward_impl(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
     }
     write_vector(dw, dweight);
     write_vector(db, dbias);
-    copy_back(dz_out, dresidual);
-    if (!dx.defined()) return;
     Tensor out = buffer_for(dx, nhwc);
-    T* po = out.data<T>();
-    if (kFused && !pdz) {  // dz from y and dy once more
+    T* po = out.defined() ? out.data<T>() : nullptr;
+    if constexpr (kFused) {
+      // dz from y and dy once more, written to dresidual here rather than in
+      // the sums' pass (a store there keeps the sums from vectorising); dx
+      // with per_channel_affine's expression.
       const A *pp = p.data(), *pq = q.data(), *pr = r.data();
-      sweep(l, [&dz, px, pm, pp, pq, pr, po](int64_t c, int64_t i) {
-        po[i] = store<T>(pp[c] * dz(i) + pq[c] * (load(px[i]) - pm[c]) + pr[c]);
-      });
-    } else {  // dz is dy, or was written to dresidual
-      per_channel_affine<T, A>(l, pdz ? pdz : pdy, px, p, q, mean, r, po);
+      auto one = [&dz, px, po, pdz](A a, A b, A mc, A d, int64_t i) {
+        const A g = dz(i);
+        if (pdz) pdz[i] = store<T>(g);
+        if (po) po[i] = store<T>(a * g + b * (load(px[i]) - mc) + d);
+      };
+      if (po || pdz)  // NHWC: add_relu_backward takes NCHW another way
+        sweep(l, [&](int64_t c, int64_t i) { one(pp[c], pq[c], pm[c], pr[c], i); });
+      copy_back(dz_out, dresidual);
+    } else if (po) {
+      per_channel_affine<T, A>(l, pdy, px, p, q, mean, r, po);
     }
-    copy_back(out, dx);
+    if (po) copy_back(out, dx);
   });
 }
 
@@ -474,6 +494,29 @@ void add_relu_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const
                        const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats,
                        double /*eps: folded into save_invstd*/, const Tensor& dx,
                        const Tensor& dweight, const Tensor& dbias, const Tensor& dresidual) {
+  if (!nhwc_input(x)) {
+    // NCHW: the mask as a pass of its own, then the plain backward. Inside
+    // the NCHW sums (eight lanes per row, Note [Batch-norm sums]) the select
+    // does not vectorise and branches on every element, which made the
+    // fused backward twice as slow as the composed one; the NHWC sums
+    // (one loop over the channels) vectorise it.
+    Tensor dz = dresidual.defined() && dresidual.is_contiguous()
+                    ? dresidual
+                    : Tensor::empty(x.shape(), TensorOptions(x.dtype()));
+    Tensor yc = y.contiguous(), dyc = dy.to(x.dtype()).contiguous();
+    on_float_dtype(x.dtype(), [&]<class T>() {
+      using A = compute_t<T>;
+      const T *py = yc.data<T>(), *pdy = dyc.data<T>();
+      T* pdz = dz.data<T>();
+      const int64_t n = x.numel();
+      for (int64_t i = 0; i < n; ++i)
+        pdz[i] = store<T>(fn::ReluFn::backward(load(py[i]), A(0), load(pdy[i])));
+    });
+    copy_back(dz, dresidual);
+    backward_impl<false>(x, Tensor(), dz, weight, save_mean, save_invstd, batch_stats, dx, dweight,
+                         dbias, Tensor());
+    return;
+  }
   backward_impl<true>(x, y, dy, weight, save_mean, save_invstd, batch_stats, dx, dweight, dbias,
                 dresidual);
 }
