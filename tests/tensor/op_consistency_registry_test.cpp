@@ -37,6 +37,8 @@ std::vector<std::string> exposed_ops() {
            "adaptive_avg_pool2d", "layer_norm", "linear", "functional_gelu", "dropout",
            "embedding", "cross_entropy", "mse_loss", "scaled_dot_product_attention",
            "scaled_dot_product_attention_causal",
+           "batch_norm_add_relu_train", "batch_norm_add_relu_eval",
+           "batch_norm_add_relu_running_stats",
            // optim (ddp/optim/*.h) and amp (ddp/amp/grad_scaler.h)
            "sgd_step", "adamw_step", "clip_grad_norm", "clip_grad_value", "grad_scaler_unscale"})
     names.push_back(name);
