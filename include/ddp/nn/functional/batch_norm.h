@@ -30,8 +30,9 @@
 // relu(bn(conv(x)) + identity). batch_norm_add_relu computes the same in
 // one op: on the CPU the add and the ReLU happen in the apply sweep (one
 // read of x and the residual, one write of y, instead of two more full
-// passes), and the backward takes the ReLU's mask from the output while it
-// sums the gradient (no separate relu backward pass); on CUDA it is one
+// passes), and the backward takes the ReLU's mask from the output (NHWC:
+// while it sums the gradient, no separate relu backward pass; NCHW: in a
+// pass of its own, see add_relu_backward in the kernel); on CUDA it is one
 // cuDNN graph (batchnorm → ADD → RELU_FWD) forward and relu backward +
 // batchnorm_backward. The result equals the composed ops': the bn result is
 // rounded to x's dtype before the add, the ReLU is relu's (NaN → 0, gradient
