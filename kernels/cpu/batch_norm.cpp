@@ -20,9 +20,9 @@
 // ReLU folded into the apply sweep (one read of x and residual, one write of
 // y, instead of writing bn(x), reading it back with the residual for the
 // add, and once more for the ReLU), and the ReLU's backward folded into the
-// sums and the dx sweep for NHWC (the mask y > 0 applied as dy is read, in
-// both passes; dresidual written by the dx sweep; NCHW masks in a pass of
-// its own, see add_relu_backward). Each
+// sums and the dx sweep for NHWC (the mask y > 0 applied as dy is read;
+// dresidual, when wanted, written in the sums' pass and read back as dz by
+// the rest; NCHW masks in a pass of its own, see add_relu_backward). Each
 // value is computed with the composed ops' expressions in their order (the
 // bn result rounded to T before the add, fn::ReluFn's mask), so fused and
 // composed results are equal, bit for bit.
@@ -440,9 +440,23 @@ void backward_impl(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
       else return load(pdy[i]);
     };
     std::vector<double> sum_dy, sum_dy_xc;  // see Note [Batch-norm sums]
+    // Fused with dresidual wanted: the first sum writes dz (NHWC: a row's
+    // first loop, before its second reads it back), so the second sum and
+    // the dx sweep read one stream (dz) instead of two (y, dy).
+    auto dz_again = [&dz, pdz](int64_t i) {
+      if constexpr (kFused) return pdz ? load(pdz[i]) : dz(i);
+      else return dz(i);
+    };
     channel_sums<A>(
-        l, sum_dy, sum_dy_xc, [&dz](int64_t, int64_t i) { return dz(i); },
-        [&dz, px, pm](int64_t c, int64_t i) { return dz(i) * (load(px[i]) - pm[c]); }, true);
+        l, sum_dy, sum_dy_xc,
+        [&dz, pdz](int64_t, int64_t i) {
+          const A g = dz(i);
+          if constexpr (kFused)
+            if (pdz) pdz[i] = store<T>(g);
+          return g;
+        },
+        [&dz_again, px, pm](int64_t c, int64_t i) { return dz_again(i) * (load(px[i]) - pm[c]); },
+        true);
     const double count = double(l.n * l.s);
     std::vector<double> dw(size_t(l.c)), db(size_t(l.c));
     // dx = k·(dz − mean_dz − x̂·mean_dz_x̂) = p·dz + q·(x − mean) + r per channel.
@@ -462,19 +476,15 @@ void backward_impl(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
     write_vector(db, dbias);
     Tensor out = buffer_for(dx, nhwc);
     T* po = out.defined() ? out.data<T>() : nullptr;
-    if constexpr (kFused) {
-      // dz from y and dy once more, written to dresidual here rather than in
-      // the sums' pass (a store there keeps the sums from vectorising); dx
-      // with per_channel_affine's expression.
-      const A *pp = p.data(), *pq = q.data(), *pr = r.data();
-      auto one = [&dz, px, po, pdz](A a, A b, A mc, A d, int64_t i) {
-        const A g = dz(i);
-        if (pdz) pdz[i] = store<T>(g);
-        if (po) po[i] = store<T>(a * g + b * (load(px[i]) - mc) + d);
-      };
-      if (po || pdz)  // NHWC: add_relu_backward takes NCHW another way
-        sweep(l, [&](int64_t c, int64_t i) { one(pp[c], pq[c], pm[c], pr[c], i); });
+    if constexpr (kFused) {  // NHWC: add_relu_backward takes NCHW another way
       copy_back(dz_out, dresidual);
+      const A *pp = p.data(), *pq = q.data(), *pr = r.data();
+      if (po && pdz)  // dz as written by the sums
+        per_channel_affine<T, A>(l, pdz, px, p, q, mean, r, po);
+      else if (po)  // dz from y and dy once more, with per_channel_affine's expression
+        sweep(l, [&dz, px, pm, pp, pq, pr, po](int64_t c, int64_t i) {
+          po[i] = store<T>(pp[c] * dz(i) + pq[c] * (load(px[i]) - pm[c]) + pr[c]);
+        });
     } else if (po) {
       per_channel_affine<T, A>(l, pdy, px, p, q, mean, r, po);
     }
