@@ -81,6 +81,29 @@ DDP_DECLARE_KERNEL(batch_norm_backward, void,
                     const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats,
                     double eps, const Tensor& dx, const Tensor& dweight, const Tensor& dbias))
 
+// Fused batch_norm_add_relu (Note [BatchNorm + add + ReLU fusion] in
+// include/ddp/nn/functional/batch_norm.h): y = relu(bn(x) + residual), the
+// bn result rounded to x's dtype before the add, as the composed ops do.
+// residual like x (shape, dtype, layout) or undefined (y = relu(bn(x))).
+// The other arguments as batch_norm_train_forward / _eval_forward.
+DDP_DECLARE_KERNEL(batch_norm_add_relu_train_forward, void,
+                   (const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    const Tensor& running_mean, const Tensor& running_var, const Tensor& residual,
+                    double momentum, double eps, const Tensor& y, const Tensor& save_mean,
+                    const Tensor& save_invstd))
+DDP_DECLARE_KERNEL(batch_norm_add_relu_eval_forward, void,
+                   (const Tensor& x, const Tensor& weight, const Tensor& bias,
+                    const Tensor& running_mean, const Tensor& running_var, const Tensor& residual,
+                    double eps, const Tensor& y))
+// The backward from y (the forward's output, in x's layout): dz = dy where
+// y > 0, else 0; dresidual = dz (undefined when not wanted); dx, dweight,
+// dbias as batch_norm_backward given dz.
+DDP_DECLARE_KERNEL(batch_norm_add_relu_backward, void,
+                   (const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& weight,
+                    const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats,
+                    double eps, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                    const Tensor& dresidual))
+
 // ---- max_pool2d (src/nn/functional/pooling.cpp) -----------------------------------
 // x contiguous [P, H, W] planes (P = N·C) of f32 or f64; y and indices
 // contiguous [P, OH, OW]; indices (i64) hold each maximum's position h·W + w

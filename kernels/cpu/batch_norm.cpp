@@ -14,6 +14,18 @@
 // sweep over the matrix with the per-channel coefficients indexed by c.
 // Converting to NCHW and back instead cost two full copies per call, which
 // was most of batch_norm's time in a channels-last ResNet step.
+//
+// Note [Fused BatchNorm + add + ReLU loops]
+// batch_norm_add_relu's kernels are the same loops with the add and the
+// ReLU folded into the apply sweep (one read of x and residual, one write of
+// y, instead of writing bn(x), reading it back with the residual for the
+// add, and once more for the ReLU), and the ReLU's backward folded into the
+// sums and the dx sweep for NHWC (the mask y > 0 applied as dy is read;
+// dresidual, when wanted, written in the sums' pass and read back as dz by
+// the rest; NCHW masks in a pass of its own, see add_relu_backward). Each
+// value is computed with the composed ops' expressions in their order (the
+// bn result rounded to T before the add, fn::ReluFn's mask), so fused and
+// composed results are equal, bit for bit.
 
 #include <algorithm>
 #include <cmath>
@@ -21,6 +33,7 @@
 #include <vector>
 
 #include "convert.h"
+#include "ddp/tensor/functors.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
 #include "ddp/tensor/ops.h"
@@ -158,6 +171,36 @@ void per_channel_affine(const Layout& l, const T* u, const T* v, const std::vect
   }
 }
 
+// row(c, base) for every contiguous run of one channel's elements in an NCHW
+// layout: elements base .. base + l.s − 1. The fused loops hoist channel c's
+// coefficients into locals per run: read through a pointer inside the
+// loop, they would be reloaded after every store (the output may alias
+// them as far as the compiler knows), which keeps the loop from
+// vectorising.
+template <class F>
+void nchw_rows(const Layout& l, F&& row) {
+  for (int64_t n = 0; n < l.n; ++n)
+    for (int64_t c = 0; c < l.c; ++c) row(c, (n * l.c + c) * l.s);
+}
+
+// f(c, i) for every element i of channel c, in memory order.
+template <class F>
+void sweep(const Layout& l, F&& f) {
+  if (!l.nhwc) {
+    for (int64_t n = 0; n < l.n; ++n)
+      for (int64_t c = 0; c < l.c; ++c) {
+        const int64_t base = (n * l.c + c) * l.s;
+        for (int64_t i = 0; i < l.s; ++i) f(c, base + i);
+      }
+    return;
+  }
+  const int64_t rows = l.n * l.s;
+  for (int64_t m = 0; m < rows; ++m) {
+    const int64_t base = m * l.c;
+    for (int64_t c = 0; c < l.c; ++c) f(c, base + c);
+  }
+}
+
 // A [C] tensor (any dtype, or undefined = fill) as a vector of A.
 template <class A>
 std::vector<A> host_vector(const Tensor& t, int64_t c, A fill) {
@@ -197,101 +240,229 @@ void copy_back(const Tensor& buffer, const Tensor& out) {
   if (out.defined() && !buffer.is_same(out)) Tensor(out).copy_(buffer);
 }
 
-// y = x·scale[c] + shift[c], scale = invstd·w, shift = b − mean·scale.
+// The per-channel coefficients of the apply: y = x·scale[c] + shift[c],
+// scale = invstd·w, shift = b − mean·scale.
+template <class A>
+void affine_coefficients(int64_t c, const std::vector<A>& mean, const std::vector<A>& invstd,
+                         const Tensor& weight, const Tensor& bias, std::vector<A>& scale,
+                         std::vector<A>& shift) {
+  std::vector<A> w = host_vector<A>(weight, c, A(1)), b = host_vector<A>(bias, c, A(0));
+  scale.resize(size_t(c));
+  shift.resize(size_t(c));
+  for (int64_t k = 0; k < c; ++k) {
+    scale[k] = invstd[k] * w[k];
+    shift[k] = b[k] - mean[k] * scale[k];
+  }
+}
+
 template <class T, class A>
 void apply(const Layout& l, const Tensor& x, const std::vector<A>& mean,
            const std::vector<A>& invstd, const Tensor& weight, const Tensor& bias,
            const Tensor& y) {
-  std::vector<A> w = host_vector<A>(weight, l.c, A(1)), b = host_vector<A>(bias, l.c, A(0));
-  std::vector<A> scale(size_t(l.c)), shift(size_t(l.c));
-  for (int64_t c = 0; c < l.c; ++c) {
-    scale[c] = invstd[c] * w[c];
-    shift[c] = b[c] - mean[c] * scale[c];
-  }
+  std::vector<A> scale, shift;
+  affine_coefficients<A>(l.c, mean, invstd, weight, bias, scale, shift);
   Tensor out = buffer_for(y, l.nhwc);
   per_channel_affine<T, A>(l, x.data<T>(), nullptr, scale, scale, scale, shift, out.data<T>());
   copy_back(out, y);
 }
 
+// y = relu(round_T(x·scale[c] + shift[c]) + residual); see Note [Fused
+// BatchNorm + add + ReLU loops].
+template <class T, class A>
+void apply_add_relu(const Layout& l, const Tensor& x, const std::vector<A>& mean,
+                    const std::vector<A>& invstd, const Tensor& weight, const Tensor& bias,
+                    const Tensor& residual, const Tensor& y) {
+  std::vector<A> scale, shift;
+  affine_coefficients<A>(l.c, mean, invstd, weight, bias, scale, shift);
+  Tensor out = buffer_for(y, l.nhwc);
+  const A *ps = scale.data(), *pb = shift.data();
+  const T* px = x.data<T>();
+  T* po = out.data<T>();
+  Tensor res = residual.defined() ? in_layout(residual, l.nhwc) : Tensor();
+  const T* pr = res.defined() ? res.data<T>() : nullptr;
+  // One element: the composed ops' expressions (per_channel_affine's apply,
+  // then add, then relu), each rounded to T.
+  auto one = [px, pr, po](A a, A d, int64_t i) {
+    A v = load(store<T>(a * load(px[i]) + d));
+    if (pr) v = load(store<T>(v + load(pr[i])));
+    po[i] = store<T>(fn::ReluFn::forward(v));
+  };
+  if (!l.nhwc)
+    nchw_rows(l, [&](int64_t c, int64_t base) {
+      const A a = ps[c], d = pb[c];
+      if (pr)
+        for (int64_t i = base; i < base + l.s; ++i) one(a, d, i);
+      else
+        for (int64_t i = base; i < base + l.s; ++i)
+          po[i] = store<T>(fn::ReluFn::forward(load(store<T>(a * load(px[i]) + d))));
+    });
+  else
+    sweep(l, [&](int64_t c, int64_t i) { one(ps[c], pb[c], i); });
+  copy_back(out, y);
+}
+
+// The batch's mean and 1/sqrt(var + eps) per channel, saved into save_mean
+// and save_invstd, and the running statistics updated.
+template <class T, class A>
+void batch_statistics(const Layout& l, const Tensor& x, const Tensor& running_mean,
+                      const Tensor& running_var, double momentum, double eps,
+                      const Tensor& save_mean, const Tensor& save_invstd, std::vector<A>& mean,
+                      std::vector<A>& invstd) {
+  const T* px = x.data<T>();
+  std::vector<double> sum, unused, sq;
+  channel_sums<A>(l, sum, unused, [px](int64_t, int64_t i) { return load(px[i]); },
+                  [](int64_t, int64_t) { return A(0); }, false);
+  const double count = double(l.n * l.s);
+  mean.assign(size_t(l.c), A(0));
+  invstd.assign(size_t(l.c), A(1));
+  for (int64_t c = 0; c < l.c; ++c) mean[c] = A(sum[c] / count);
+  const A* pm = mean.data();
+  // Two passes: no cancellation in E[x²] − E[x]².
+  channel_sums<A>(
+      l, sq, unused,
+      [px, pm](int64_t c, int64_t i) {
+        const A d = load(px[i]) - pm[c];
+        return d * d;
+      },
+      [](int64_t, int64_t) { return A(0); }, false);
+  std::vector<double> var(size_t(l.c)), mean_d(size_t(l.c)), invstd_d(size_t(l.c));
+  for (int64_t c = 0; c < l.c; ++c) {
+    var[c] = double(A(sq[c] / count));
+    invstd[c] = A(1) / std::sqrt(A(var[c]) + A(eps));
+    mean_d[c] = double(mean[c]);
+    invstd_d[c] = double(invstd[c]);
+  }
+  write_vector(mean_d, save_mean);
+  write_vector(invstd_d, save_invstd);
+  const double n = count;
+  const Tensor mean_t = Tensor::from_vector(mean_d, {l.c}, TensorOptions(DType::f64));
+  const Tensor var_t = Tensor::from_vector(var, {l.c}, TensorOptions(DType::f64));
+  update_running_stat(running_mean, mean_t, momentum);
+  update_running_stat(running_var, var_t * (n / (n - 1)), momentum);
+}
+
+// The running mean and 1/sqrt(running_var + eps).
+template <class A>
+void running_statistics(int64_t c, const Tensor& running_mean, const Tensor& running_var,
+                        double eps, std::vector<A>& mean, std::vector<A>& invstd) {
+  mean = host_vector<A>(running_mean, c, A(0));
+  invstd = host_vector<A>(running_var, c, A(1));
+  for (A& v : invstd) v = A(1) / std::sqrt(v + A(eps));
+}
+
+bool nhwc_input(const Tensor& x) { return is_nhwc_dense(x) && !x.is_contiguous(); }
+
 void train_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                    const Tensor& running_mean, const Tensor& running_var, double momentum,
                    double eps, const Tensor& y, const Tensor& save_mean,
                    const Tensor& save_invstd) {
-  Tensor x = in_layout(x_in, is_nhwc_dense(x_in) && !x_in.is_contiguous());
+  Tensor x = in_layout(x_in, nhwc_input(x_in));
   const Layout l = layout_of(x);
   on_float_dtype(x.dtype(), [&]<class T>() {
     using A = compute_t<T>;
-    const T* px = x.data<T>();
-    std::vector<double> sum, unused, sq;
-    channel_sums<A>(l, sum, unused, [px](int64_t, int64_t i) { return load(px[i]); },
-                    [](int64_t, int64_t) { return A(0); }, false);
-    const double count = double(l.n * l.s);
-    std::vector<A> mean(size_t(l.c)), invstd(size_t(l.c));
-    for (int64_t c = 0; c < l.c; ++c) mean[c] = A(sum[c] / count);
-    const A* pm = mean.data();
-    // Two passes: no cancellation in E[x²] − E[x]².
-    channel_sums<A>(
-        l, sq, unused,
-        [px, pm](int64_t c, int64_t i) {
-          const A d = load(px[i]) - pm[c];
-          return d * d;
-        },
-        [](int64_t, int64_t) { return A(0); }, false);
-    std::vector<double> var(size_t(l.c)), mean_d(size_t(l.c)), invstd_d(size_t(l.c));
-    for (int64_t c = 0; c < l.c; ++c) {
-      var[c] = double(A(sq[c] / count));
-      invstd[c] = A(1) / std::sqrt(A(var[c]) + A(eps));
-      mean_d[c] = double(mean[c]);
-      invstd_d[c] = double(invstd[c]);
-    }
+    std::vector<A> mean, invstd;
+    batch_statistics<T, A>(l, x, running_mean, running_var, momentum, eps, save_mean,
+                           save_invstd, mean, invstd);
     apply<T, A>(l, x, mean, invstd, weight, bias, y);
-    write_vector(mean_d, save_mean);
-    write_vector(invstd_d, save_invstd);
-    const double n = count;
-    const Tensor mean_t = Tensor::from_vector(mean_d, {l.c}, TensorOptions(DType::f64));
-    const Tensor var_t = Tensor::from_vector(var, {l.c}, TensorOptions(DType::f64));
-    update_running_stat(running_mean, mean_t, momentum);
-    update_running_stat(running_var, var_t * (n / (n - 1)), momentum);
   });
 }
 
 void eval_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                   const Tensor& running_mean, const Tensor& running_var, double eps,
                   const Tensor& y) {
-  Tensor x = in_layout(x_in, is_nhwc_dense(x_in) && !x_in.is_contiguous());
+  Tensor x = in_layout(x_in, nhwc_input(x_in));
   const Layout l = layout_of(x);
   on_float_dtype(x.dtype(), [&]<class T>() {
     using A = compute_t<T>;
-    std::vector<A> mean = host_vector<A>(running_mean, l.c, A(0));
-    std::vector<A> invstd = host_vector<A>(running_var, l.c, A(1));
-    for (A& v : invstd) v = A(1) / std::sqrt(v + A(eps));
+    std::vector<A> mean, invstd;
+    running_statistics<A>(l.c, running_mean, running_var, eps, mean, invstd);
     apply<T, A>(l, x, mean, invstd, weight, bias, y);
   });
 }
 
-void backward_kernel(const Tensor& x_in, const Tensor& dy_in, const Tensor& weight,
-                     const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats,
-                     double /*eps: folded into save_invstd*/, const Tensor& dx,
-                     const Tensor& dweight, const Tensor& dbias) {
-  const bool nhwc = is_nhwc_dense(x_in) && !x_in.is_contiguous();
+void add_relu_train_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+                            const Tensor& running_mean, const Tensor& running_var,
+                            const Tensor& residual, double momentum, double eps, const Tensor& y,
+                            const Tensor& save_mean, const Tensor& save_invstd) {
+  Tensor x = in_layout(x_in, nhwc_input(x_in));
+  const Layout l = layout_of(x);
+  on_float_dtype(x.dtype(), [&]<class T>() {
+    using A = compute_t<T>;
+    std::vector<A> mean, invstd;
+    batch_statistics<T, A>(l, x, running_mean, running_var, momentum, eps, save_mean,
+                           save_invstd, mean, invstd);
+    apply_add_relu<T, A>(l, x, mean, invstd, weight, bias, residual, y);
+  });
+}
+
+void add_relu_eval_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+                           const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& residual, double eps, const Tensor& y) {
+  Tensor x = in_layout(x_in, nhwc_input(x_in));
+  const Layout l = layout_of(x);
+  on_float_dtype(x.dtype(), [&]<class T>() {
+    using A = compute_t<T>;
+    std::vector<A> mean, invstd;
+    running_statistics<A>(l.c, running_mean, running_var, eps, mean, invstd);
+    apply_add_relu<T, A>(l, x, mean, invstd, weight, bias, residual, y);
+  });
+}
+
+// The backward of batch_norm, and with y given of batch_norm_add_relu: the
+// gradient reaching bn is dz = relu'(y)·dy, computed as dy is read (Note
+// [Fused BatchNorm + add + ReLU loops]); dresidual = dz when defined.
+// kFused (y given; NHWC only, see add_relu_backward) is a template argument
+// so the plain backward's loops carry no mask and no store.
+template <bool kFused>
+void backward_impl(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
+                   const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
+                   bool batch_stats, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                   const Tensor& dresidual) {
+  const bool nhwc = nhwc_input(x_in);
   Tensor x = in_layout(x_in, nhwc);
   Tensor dy = in_layout(dy_in.to(x.dtype()), nhwc);
+  Tensor y = y_in.defined() ? in_layout(y_in, nhwc) : Tensor();
+  Tensor dz_out = buffer_for(dresidual, nhwc);
   const Layout l = layout_of(x);
   on_float_dtype(x.dtype(), [&]<class T>() {
     using A = compute_t<T>;
     const T *px = x.data<T>(), *pdy = dy.data<T>();
+    const T* py = kFused ? y.data<T>() : nullptr;
+    T* pdz = kFused ? dz_out.data<T>() : nullptr;
     std::vector<A> mean = host_vector<A>(save_mean, l.c, A(0));
     std::vector<A> invstd = host_vector<A>(save_invstd, l.c, A(1));
     std::vector<A> w = host_vector<A>(weight, l.c, A(1));
     const A* pm = mean.data();
+    // dz at element i: dy, masked by the ReLU when fused (relu's backward in
+    // the composed ops writes this very value).
+    auto dz = [pdy, py](int64_t i) {
+      if constexpr (kFused) return fn::ReluFn::backward(load(py[i]), A(0), load(pdy[i]));
+      else return load(pdy[i]);
+    };
     std::vector<double> sum_dy, sum_dy_xc;  // see Note [Batch-norm sums]
+    // Fused: the first sum writes dz into dresidual (always given then: a
+    // scratch buffer when the caller does not want it; NHWC: a row's first
+    // loop, before its second reads it back), so the second sum and the dx
+    // sweep read one stream (dz) instead of two (y, dy), and no loop but the
+    // first carries the mask's select (it vectorises there; anywhere else
+    // GCC left it a branch per element, which made the fused backward of a
+    // resnet20 step slower than the composed ops').
+    auto dz_again = [&dz, pdz](int64_t i) {
+      if constexpr (kFused) return load(pdz[i]);
+      else return dz(i);
+    };
     channel_sums<A>(
-        l, sum_dy, sum_dy_xc, [pdy](int64_t, int64_t i) { return load(pdy[i]); },
-        [px, pdy, pm](int64_t c, int64_t i) { return load(pdy[i]) * (load(px[i]) - pm[c]); },
+        l, sum_dy, sum_dy_xc,
+        [&dz, pdz](int64_t, int64_t i) {
+          const A g = dz(i);
+          if constexpr (kFused) pdz[i] = store<T>(g);
+          return g;
+        },
+        [&dz_again, px, pm](int64_t c, int64_t i) { return dz_again(i) * (load(px[i]) - pm[c]); },
         true);
     const double count = double(l.n * l.s);
     std::vector<double> dw(size_t(l.c)), db(size_t(l.c));
-    // dx = k·(dy − mean_dy − x̂·mean_dy_x̂) = p·dy + q·(x − mean) + r per channel.
+    // dx = k·(dz − mean_dz − x̂·mean_dz_x̂) = p·dz + q·(x − mean) + r per channel.
     std::vector<A> p(size_t(l.c)), q(size_t(l.c)), r(size_t(l.c));
     for (int64_t c = 0; c < l.c; ++c) {
       const double sum_dy_xhat = sum_dy_xc[c] * double(invstd[c]);
@@ -306,11 +477,63 @@ void backward_kernel(const Tensor& x_in, const Tensor& dy_in, const Tensor& weig
     }
     write_vector(dw, dweight);
     write_vector(db, dbias);
-    if (!dx.defined()) return;
     Tensor out = buffer_for(dx, nhwc);
-    per_channel_affine<T, A>(l, pdy, px, p, q, mean, r, out.data<T>());
-    copy_back(out, dx);
+    T* po = out.defined() ? out.data<T>() : nullptr;
+    if constexpr (kFused) {  // NHWC: add_relu_backward takes NCHW another way
+      copy_back(dz_out, dresidual);
+      if (po) per_channel_affine<T, A>(l, pdz, px, p, q, mean, r, po);  // dz as the sums wrote it
+    } else if (po) {
+      per_channel_affine<T, A>(l, pdy, px, p, q, mean, r, po);
+    }
+    if (po) copy_back(out, dx);
   });
+}
+
+void backward_kernel(const Tensor& x, const Tensor& dy, const Tensor& weight,
+                     const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats,
+                     double /*eps: folded into save_invstd*/, const Tensor& dx,
+                     const Tensor& dweight, const Tensor& dbias) {
+  backward_impl<false>(x, Tensor(), dy, weight, save_mean, save_invstd, batch_stats, dx, dweight, dbias,
+                Tensor());
+}
+
+void add_relu_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& weight,
+                       const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats,
+                       double /*eps: folded into save_invstd*/, const Tensor& dx,
+                       const Tensor& dweight, const Tensor& dbias, const Tensor& dresidual) {
+  if (!nhwc_input(x)) {
+    // NCHW: the mask as a pass of its own, then the plain backward. Inside
+    // the NCHW sums (eight lanes per row, Note [Batch-norm sums]) the select
+    // does not vectorise and branches on every element, which made the
+    // fused backward twice as slow as the composed one; the NHWC sums
+    // (one loop over the channels) vectorise it.
+    Tensor dz = dresidual.defined() && dresidual.is_contiguous()
+                    ? dresidual
+                    : Tensor::empty(x.shape(), TensorOptions(x.dtype()));
+    Tensor yc = y.contiguous(), dyc = dy.to(x.dtype()).contiguous();
+    on_float_dtype(x.dtype(), [&]<class T>() {
+      using A = compute_t<T>;
+      const T *py = yc.data<T>(), *pdy = dyc.data<T>();
+      T* pdz = dz.data<T>();
+      const int64_t n = x.numel();
+      for (int64_t i = 0; i < n; ++i)
+        pdz[i] = store<T>(fn::ReluFn::backward(load(py[i]), A(0), load(pdy[i])));
+    });
+    copy_back(dz, dresidual);
+    backward_impl<false>(x, Tensor(), dz, weight, save_mean, save_invstd, batch_stats, dx, dweight,
+                         dbias, Tensor());
+    return;
+  }
+  if (!dresidual.defined()) {  // scratch for dz (see backward_impl)
+    const Tensor dz = Tensor::empty({x.size(0), x.size(2), x.size(3), x.size(1)},
+                                    TensorOptions(x.dtype()))
+                          .permute({0, 3, 1, 2});
+    backward_impl<true>(x, y, dy, weight, save_mean, save_invstd, batch_stats, dx, dweight, dbias,
+                        dz);
+    return;
+  }
+  backward_impl<true>(x, y, dy, weight, save_mean, save_invstd, batch_stats, dx, dweight, dbias,
+                dresidual);
 }
 
 }  // namespace
@@ -318,5 +541,8 @@ void backward_kernel(const Tensor& x_in, const Tensor& dy_in, const Tensor& weig
 DDP_REGISTER_KERNEL(batch_norm_train_forward, CPU, train_forward)
 DDP_REGISTER_KERNEL(batch_norm_eval_forward, CPU, eval_forward)
 DDP_REGISTER_KERNEL(batch_norm_backward, CPU, backward_kernel)
+DDP_REGISTER_KERNEL(batch_norm_add_relu_train_forward, CPU, add_relu_train_forward)
+DDP_REGISTER_KERNEL(batch_norm_add_relu_eval_forward, CPU, add_relu_eval_forward)
+DDP_REGISTER_KERNEL(batch_norm_add_relu_backward, CPU, add_relu_backward)
 
 }  // namespace ddp::cpu_kernels

@@ -4,6 +4,7 @@
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/nn/functional/batch_norm.h"
+#include "ddp/tensor/ops.h"
 
 namespace ddp::nn {
 
@@ -27,22 +28,40 @@ BatchNorm2d::BatchNorm2d(int64_t num_features, double eps, std::optional<double>
   }
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+void BatchNorm2d::check_input(const Tensor& x) const {
   DDP_CHECK_T(ShapeError, x.defined() && x.dim() == 4 && x.size(1) == num_features_,
               "{}: expected an input [N, {}, H, W], got {}", describe(), num_features_,
               x.defined() ? x.describe() : "an undefined tensor");
-  double factor = 0.0;  // torch's exponential_average_factor
-  if (is_training() && track_running_stats_) {
-    {
-      autograd::NoGradGuard no_grad;
-      num_batches_tracked.add_(Tensor::ones({}, TensorOptions(kInt64).device(x.device())));
-    }
-    factor = momentum_ ? *momentum_ : 1.0 / double(num_batches_tracked.item<int64_t>());
+}
+
+double BatchNorm2d::step_momentum_factor(const Tensor& x) {
+  if (!is_training() || !track_running_stats_) return 0.0;
+  {
+    autograd::NoGradGuard no_grad;
+    num_batches_tracked.add_(Tensor::ones({}, TensorOptions(kInt64).device(x.device())));
   }
+  return momentum_ ? *momentum_ : 1.0 / double(num_batches_tracked.item<int64_t>());
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  check_input(x);
+  const double factor = step_momentum_factor(x);
   if (is_training() && training_forward_) return training_forward_(x, factor);
   const bool batch_stats = is_training() || !track_running_stats_;
   return functional::batch_norm(x, running_mean, running_var, weight, bias, batch_stats, factor,
                                 eps_, describe());
+}
+
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
+  if (!functional::batch_norm_fusion_enabled() || (is_training() && training_forward_)) {
+    const Tensor y = forward(x);
+    return ::ddp::relu(residual.defined() ? add(y, residual) : y);
+  }
+  check_input(x);
+  const double factor = step_momentum_factor(x);
+  const bool batch_stats = is_training() || !track_running_stats_;
+  return functional::batch_norm_add_relu(x, running_mean, running_var, weight, bias, residual,
+                                         batch_stats, factor, eps_, describe());
 }
 
 std::string BatchNorm2d::extra_repr() const {

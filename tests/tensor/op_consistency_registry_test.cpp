@@ -38,6 +38,8 @@ std::vector<std::string> exposed_ops() {
            "embedding", "cross_entropy", "mse_loss", "scaled_dot_product_attention",
            "scaled_dot_product_attention_causal", "scaled_dot_product_attention_half",
            "conv2d_bias_relu",
+           "batch_norm_add_relu_train", "batch_norm_add_relu_eval",
+           "batch_norm_add_relu_running_stats",
            // optim (ddp/optim/*.h) and amp (ddp/amp/grad_scaler.h)
            "sgd_step", "adamw_step", "clip_grad_norm", "clip_grad_value", "grad_scaler_unscale"})
     names.push_back(name);

@@ -6,7 +6,9 @@
 // statistics and updates the running ones (the unbiased variance, as torch);
 // in eval it uses the running statistics. momentum = nullopt uses the
 // cumulative average 1 / num_batches_tracked, as torch's momentum=None.
-// The computation is nn::functional::batch_norm.
+// The computation is nn::functional::batch_norm; forward_add_relu is the
+// fused relu(bn(x) + residual) of a ResNet block's end
+// (nn::functional::batch_norm_add_relu).
 
 #include <cstdint>
 #include <functional>
@@ -25,6 +27,12 @@ class BatchNorm2d : public UnaryModule {
 
   // x: [N, num_features, H, W]; ShapeError naming this module otherwise.
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x) + residual), residual undefined: relu(forward(x)); one
+  // fused op (Note [BatchNorm + add + ReLU fusion] in
+  // ddp/nn/functional/batch_norm.h). With a training-forward hook installed
+  // (SyncBatchNorm) or the fusion switched off, the ops are composed, with
+  // the same result.
+  Tensor forward_add_relu(const Tensor& x, const Tensor& residual = Tensor());
   std::string extra_repr() const override;
 
   int64_t num_features() const { return num_features_; }
@@ -47,6 +55,11 @@ class BatchNorm2d : public UnaryModule {
   Tensor running_mean, running_var, num_batches_tracked;  // undefined unless tracking
 
  private:
+  void check_input(const Tensor& x) const;
+  // Counts the batch when training with running statistics and returns this
+  // step's momentum factor (torch's exponential_average_factor).
+  double step_momentum_factor(const Tensor& x);
+
   int64_t num_features_;
   double eps_;
   std::optional<double> momentum_;

@@ -1,193 +1,420 @@
-// The CUDA batch_norm kernels (kernels/kernel_list.h) through cuDNN
-// (cudnnBatchNormalizationForwardTraining / ForwardInference / Backward,
-// CUDNN_BATCHNORM_SPATIAL); see Note [BatchNorm backends] in
+// The CUDA batch_norm and batch_norm_add_relu kernels (kernels/kernel_list.h)
+// through cuDNN's graph API; see Note [BatchNorm backends] in
 // include/ddp/nn/functional/batch_norm.h. A build without cuDNN registers
-// nothing here, and batch_norm composes tensor ops on CUDA instead.
+// nothing here, and both ops compose tensor ops on CUDA instead.
 //
-// Note [cuDNN batch norm dtypes]
-// cuDNN wants the per-channel tensors (scale, bias, running and saved
-// statistics) in f32 for f16/bf16/f32 data and in f64 for f64 data.
-// Parameters of another dtype (a model converted with to(kFloat16)) are
-// converted for the call, and converted running statistics are copied back
-// afterwards. Scale and bias are required by cuDNN, so an affine-less call
-// passes ones and zeros. Some cuDNN versions answer NOT_SUPPORTED for bf16
-// data in these calls: the kernels then run the same call on an f32 copy of
-// the data and round the results once (the statistics are f32 either way).
-// Inputs of rank other than 4 are viewed as [N, C, S, 1].
+// Note [cuDNN batch norm graphs]
+// Each kernel describes its work as a frontend graph (Note [cuDNN graph
+// API] in src/nn/cudnn_graph.h), built once per key and cached:
+// - training forward: the batchnorm node (the batch's mean and
+//   1/sqrt(var + eps) as outputs, the running statistics' update as
+//   outputs from the previous values and the momentum), then for the fused
+//   op ADD of the residual and RELU_FWD on the virtual bn result;
+// - evaluation forward: batchnorm_inference from the running mean and
+//   1/sqrt(running_var + eps) (a [C] expression computed first), then the
+//   same ADD and RELU_FWD;
+// - backward: batchnorm_backward from the saved statistics; for the fused
+//   op RELU_BWD (dy masked by the saved output y > 0) first, its result an
+//   output when the residual wants its gradient (dresidual = dz) and
+//   virtual otherwise.
+// The key is everything the plan depends on: the op, dims, strides and
+// dtypes of every data tensor, which optional tensors are present, eps and
+// momentum (they are pass-by-value scalars in the graph), and the device.
+// A momentum that changes every step (BatchNorm2d's momentum = nullopt,
+// the cumulative average) would build a graph per step: past
+// kMaxMomenta distinct values a training forward uses the legacy call,
+// which takes the momentum as an argument.
+// Fallbacks: cuDNN's graph engines take f16, bf16 and f32 data with f32
+// per-channel tensors; f64 data, and any graph for which build() finds no
+// engine (or which fails to build on this cuDNN), run the legacy
+// cudnnBatchNormalization* calls (batch_norm_legacy_cuda.cpp), the fused
+// op then adding the residual and applying relu with tensor ops. A graph
+// found unsupported is cached as such, so the fallback costs one build
+// attempt per key. Evaluation-mode gradients have no cuDNN call: tensor
+// ops (eval_backward).
+// Not used here: the frontend's genstats (per-channel sum and sum of
+// squares) and bn_finalize (statistics, scale/bias and running update
+// from those sums). They split the training forward where something must
+// happen between the two halves, which for one device nothing does (the
+// batchnorm node computes the same statistics in one graph); their place is
+// SyncBatchNorm's CUDA path, whose all-reduce of the sums goes between them.
 
 #include "ddp/config.h"
 
 #if DDP_HAVE_CUDNN
+
+#include <cstring>
+#include <set>
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
-#include "nn/cudnn_util.h"
+#include "nn/cudnn_graph.h"
+#include "nn/functional/batch_norm_cuda_detail.h"
 #include "tensor/device_guard.h"
 
-namespace ddp::nn::functional {
+namespace ddp::nn::functional::batch_norm_cuda {
 
 namespace {
 
-using namespace ::ddp::nn::cudnn_util;
-constexpr const char* kOp = "batch_norm (cuDNN)";
+namespace fe = ::cudnn_frontend;
+namespace cg = ::ddp::nn::cudnn_graph;
+using TensorAttr = std::shared_ptr<fe::graph::Tensor_attributes>;
+constexpr const char* kOp = "batch_norm (cuDNN graph)";
+constexpr size_t kMaxMomenta = 8;
 
-// t in dtype dt, contiguous; or `fill` of shape [c] when t is undefined.
-Tensor param(const Tensor& t, DType dt, int64_t c, double fill, Device device) {
-  if (!t.defined()) return Tensor::full({c}, fill, TensorOptions(dt).device(device));
-  return t.to(dt).contiguous();
-}
-DType param_dtype(DType data) { return data == DType::f64 ? DType::f64 : DType::f32; }
-
-// A 4-D view cuDNN can describe: 4-D tensors as they are (NCHW or NHWC
-// strides), others (contiguous) as [N, C, S, 1].
-Tensor as_4d(const Tensor& t) {
-  if (!t.defined() || t.dim() == 4) return t;
-  const int64_t s = t.size(0) * t.size(1) == 0 ? 0 : t.numel() / (t.size(0) * t.size(1));
-  return t.view({t.size(0), t.size(1), s, 1});
-}
-
-// Runs `call(x, outs...)` with the data tensors as they are; when cuDNN
-// answers NOT_SUPPORTED for bf16, once more on f32 copies, whose results
-// are then rounded into the caller's outputs. See Note [cuDNN batch norm dtypes].
-template <class Call>
-void with_supported_dtype(const Tensors& inputs, const Tensors& outputs, Call&& call) {
-  const cudnnStatus_t st = call(inputs, outputs);
-  if (st == CUDNN_STATUS_SUCCESS) return;
-  if (st != CUDNN_STATUS_NOT_SUPPORTED || inputs[0].dtype() != DType::bf16) DDP_CUDNN_CHECK(st);
-  auto f32 = [](const Tensor& t) {
-    if (!t.defined()) return t;
-    Tensor c = t.to(DType::f32);
-    return is_channels_last(t) ? to_channels_last(c) : c.contiguous();
-  };
-  Tensors in32, out32;
-  for (const Tensor& t : inputs) in32.push_back(f32(t));
-  for (const Tensor& t : outputs)
-    out32.push_back(t.defined() ? empty_nchw(t.shape(), DType::f32, t.device(), is_channels_last(t))
-                                : t);
-  DDP_CUDNN_CHECK(call(in32, out32));
-  for (size_t i = 0; i < outputs.size(); ++i)
-    if (outputs[i].defined()) Tensor(outputs[i]).copy_(out32[i]);
-}
-
-// The per-channel tensors of one call in cuDNN's dtype (Note [cuDNN batch
-// norm dtypes]); running statistics stay undefined when not given.
-struct PerChannel {
-  int64_t c;
-  DType pdt;
-  Tensor scale, shift, rm, rv;
-  PerChannel(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& running_mean,
-             const Tensor& running_var)
-      : c(x.size(1)), pdt(param_dtype(x.dtype())) {
-    scale = param(weight, pdt, c, 1.0, x.device());
-    shift = param(bias, pdt, c, 0.0, x.device());
-    if (running_mean.defined()) rm = param(running_mean, pdt, c, 0.0, x.device());
-    if (running_var.defined()) rv = param(running_var, pdt, c, 1.0, x.device());
-  }
+// The uids the graphs' tensors are bound by.
+enum Uid : int64_t {
+  kX = 1, kScale, kBias, kPrevMean, kPrevVar, kNextMean, kNextVar, kMean, kInvStd,
+  kResidual, kY, kDy, kDz, kDx, kDScale, kDBias
 };
 
-void train_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
-                   const Tensor& running_mean, const Tensor& running_var, double momentum,
-                   double eps, const Tensor& y_in, const Tensor& save_mean,
-                   const Tensor& save_invstd) {
-  CudaDeviceGuard guard(x_in.device().index);
-  autograd::NoGradGuard no_grad;
-  const Tensor x = as_4d(x_in), y = as_4d(y_in);
-  const PerChannel p(x, weight, bias, running_mean, running_var);
-  const Tensor &scale = p.scale, &shift = p.shift, &rm = p.rm, &rv = p.rv;
-  // save_mean and save_invstd are [C] in p.pdt already (the kernel contract).
-  cudnnHandle_t h = handle();
-  TensorDesc pd(p.c, p.pdt, kOp);
-  Scale one(1.0), zero(0.0);
-  with_supported_dtype({x}, {y}, [&](const Tensors& in, const Tensors& out) {
-    TensorDesc xd(in[0], kOp), yd(out[0], kOp);
-    const DType dt = in[0].dtype();
-    return cudnnBatchNormalizationForwardTraining(
-        h, CUDNN_BATCHNORM_SPATIAL, one.for_dtype(dt), zero.for_dtype(dt), xd.get(),
-        in[0].data_ptr(), yd.get(), out[0].data_ptr(), pd.get(), scale.data_ptr(),
-        shift.data_ptr(), momentum, rm.defined() ? rm.data_ptr() : nullptr,
-        rv.defined() ? rv.data_ptr() : nullptr, eps, save_mean.data_ptr(), save_invstd.data_ptr());
-  });
-  // Converted running statistics go back into the caller's buffers.
-  if (rm.defined() && !rm.is_same(running_mean)) Tensor(running_mean).copy_(rm);
-  if (rv.defined() && !rv.is_same(running_var)) Tensor(running_var).copy_(rv);
+// A built graph, or why there is none (then the caller falls back).
+struct BnGraph {
+  std::shared_ptr<fe::graph::Graph> graph;
+  std::string unsupported;
+};
+
+cg::GraphCache<BnGraph>& cache() {
+  static cg::GraphCache<BnGraph> c;
+  return c;
 }
 
-void eval_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
-                  const Tensor& running_mean, const Tensor& running_var, double eps,
-                  const Tensor& y_in) {
-  CudaDeviceGuard guard(x_in.device().index);
-  autograd::NoGradGuard no_grad;
-  const Tensor x = as_4d(x_in), y = as_4d(y_in);
-  const PerChannel p(x, weight, bias, running_mean, running_var);  // both statistics defined
-  const Tensor &scale = p.scale, &shift = p.shift, &rm = p.rm, &rv = p.rv;
-  cudnnHandle_t h = handle();
-  TensorDesc pd(p.c, p.pdt, kOp);
-  Scale one(1.0), zero(0.0);
-  with_supported_dtype({x}, {y}, [&](const Tensors& in, const Tensors& out) {
-    TensorDesc xd(in[0], kOp), yd(out[0], kOp);
-    const DType dt = in[0].dtype();
-    return cudnnBatchNormalizationForwardInference(
-        h, CUDNN_BATCHNORM_SPATIAL, one.for_dtype(dt), zero.for_dtype(dt), xd.get(),
-        in[0].data_ptr(), yd.get(), out[0].data_ptr(), pd.get(), scale.data_ptr(),
-        shift.data_ptr(), rm.data_ptr(), rv.data_ptr(), eps);
-  });
+bool graph_dtype(DType dt) { return dt == DType::f32 || dt == DType::f16 || dt == DType::bf16; }
+
+std::shared_ptr<fe::graph::Graph> new_graph(DType io) {
+  auto g = std::make_shared<fe::graph::Graph>();
+  g->set_io_data_type(cg::data_type(io, kOp))
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return g;
 }
 
-// Evaluation-mode gradients (the statistics are constants): cuDNN has no call
-// for them, and they are three per-channel tensor expressions.
-void eval_backward(const Tensor& x, const Tensor& dy, const Tensor& weight, const Tensor& mean,
-                   const Tensor& invstd, const Tensor& dx, const Tensor& dweight,
-                   const Tensor& dbias) {
-  const int64_t rank = x.dim();
-  Shape s(size_t(rank), 1);
-  s[1] = x.size(1);
-  std::vector<int64_t> dims{0};
-  for (int64_t i = 2; i < rank; ++i) dims.push_back(i);
-  const DType pdt = param_dtype(x.dtype());
-  Tensor dy32 = dy.to(pdt), m = mean.to(pdt).view(s), is = invstd.to(pdt).view(s);
-  if (dx.defined()) {
-    Tensor k = weight.defined() ? is * weight.to(pdt).view(s) : is;
-    Tensor(dx).copy_(dy32 * k);
+// A data tensor as it is (dims, strides, dtype).
+TensorAttr data_tensor(fe::graph::Graph& g, const Tensor& t, int64_t uid, const char* name) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim(cg::dims_of(t))
+                      .set_stride(cg::strides_of(t))
+                      .set_data_type(cg::data_type(t.dtype(), kOp)));
+}
+// An f32 per-channel tensor [1, C, 1, 1].
+TensorAttr channel_tensor(fe::graph::Graph& g, int64_t c, int64_t uid, const char* name) {
+  return g.tensor(fe::graph::Tensor_attributes()
+                      .set_name(name)
+                      .set_uid(uid)
+                      .set_dim({1, c, 1, 1})
+                      .set_stride({c, 1, c, c})
+                      .set_data_type(fe::DataType_t::FLOAT));
+}
+// Marks a node's output as a graph output shaped like t.
+void data_output(const TensorAttr& out, const Tensor& t, int64_t uid) {
+  out->set_output(true)
+      .set_uid(uid)
+      .set_dim(cg::dims_of(t))
+      .set_stride(cg::strides_of(t))
+      .set_data_type(cg::data_type(t.dtype(), kOp));
+}
+void channel_output(const TensorAttr& out, int64_t uid) {
+  out->set_output(true).set_uid(uid).set_data_type(fe::DataType_t::FLOAT);
+}
+
+// ADD residual (when given) and RELU_FWD after the bn result.
+TensorAttr add_relu(fe::graph::Graph& g, TensorAttr bn, const Tensor& residual) {
+  if (residual.defined()) {
+    TensorAttr r = data_tensor(g, residual, kResidual, "residual");
+    bn = g.pointwise(bn, r, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
   }
-  if (dweight.defined()) Tensor(dweight).copy_(sum(dy32 * ((x.to(pdt) - m) * is), dims));
-  if (dbias.defined()) Tensor(dbias).copy_(sum(dy32, dims));
+  return g.pointwise(bn, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::RELU_FWD));
 }
 
-void backward(const Tensor& x_in, const Tensor& dy_in, const Tensor& weight,
-              const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats, double eps,
-              const Tensor& dx_in, const Tensor& dweight, const Tensor& dbias) {
-  CudaDeviceGuard guard(x_in.device().index);
-  autograd::NoGradGuard no_grad;
-  if (!batch_stats)
-    return eval_backward(x_in, dy_in, weight, save_mean, save_invstd, dx_in, dweight, dbias);
-  const Tensor x = as_4d(x_in), dy = as_4d(dy_in);
+// build() on g; a graph no engine takes, or one this cuDNN refuses to
+// build, is an answer (the caller falls back), not an error.
+BnGraph finish(std::shared_ptr<fe::graph::Graph> g) {
+  try {
+    if (std::optional<std::string> why = cg::build(*g, kOp)) return {nullptr, *why};
+  } catch (const CudnnError& e) {
+    return {nullptr, e.what()};
+  }
+  return {std::move(g), ""};
+}
+
+void key_add_double(std::string& key, double v) {
+  int64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof bits);
+  cg::key_add(key, bits);
+}
+
+std::string key_of(const char* op, const Tensors& data, const std::vector<int64_t>& flags,
+                   const std::vector<double>& scalars) {
+  std::string key = op;
+  key += '|';
+  for (const Tensor& t : data) {
+    if (t.defined()) cg::key_add(key, t);
+    else key += "-;";
+  }
+  for (int64_t f : flags) cg::key_add(key, f);
+  for (double v : scalars) key_add_double(key, v);
+  cg::key_add(key, data[0].device().index);
+  return key;
+}
+
+// Whether a graph may be built for this momentum (see the Note).
+bool momentum_has_graphs(double momentum) {
+  static std::mutex mu;
+  static std::set<double> seen;
+  std::lock_guard<std::mutex> g(mu);
+  if (seen.count(momentum)) return true;
+  if (seen.size() >= kMaxMomenta) return false;
+  seen.insert(momentum);
+  return true;
+}
+
+// relu(y + residual) in place, for the legacy fallback of the fused op.
+void add_relu_in_place(const Tensor& y, const Tensor& residual) {
+  Tensor(y).copy_(::ddp::relu(residual.defined() ? add(y, residual) : y));
+}
+
+// The training forward through a graph; false when there is none.
+bool graph_train_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                         const Tensor& running_mean, const Tensor& running_var,
+                         const Tensor& residual, bool fused, double momentum, double eps,
+                         const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd) {
+  const bool running = running_mean.defined() && running_var.defined();
+  if (!graph_dtype(x.dtype()) || (running && !momentum_has_graphs(momentum))) return false;
   const int64_t c = x.size(1);
-  const DType pdt = param_dtype(x.dtype());
-  Tensor scale = param(weight, pdt, c, 1.0, x.device());
-  // cuDNN writes every output; unwanted ones go to scratch.
-  Tensor dx = dx_in.defined() ? as_4d(dx_in)
-                              : empty_nchw(x.shape(), x.dtype(), x.device(), is_channels_last(x));
-  TensorOptions popts = TensorOptions(pdt).device(x.device());
-  Tensor dw = Tensor::empty({c}, popts), db = Tensor::empty({c}, popts);
-  cudnnHandle_t h = handle();
-  TensorDesc pd(c, pdt, kOp);
-  Scale one(1.0), zero(0.0);
-  // The legacy call wants one descriptor for x, dy and dx: they share x's layout.
-  with_supported_dtype({x, dy}, {dx}, [&](const Tensors& in, const Tensors& out) {
-    TensorDesc xd(in[0], kOp);
-    const DType dt = in[0].dtype();
-    return cudnnBatchNormalizationBackward(
-        h, CUDNN_BATCHNORM_SPATIAL, one.for_dtype(dt), zero.for_dtype(dt), one.for_dtype(pdt),
-        zero.for_dtype(pdt), xd.get(), in[0].data_ptr(), xd.get(), in[1].data_ptr(), xd.get(),
-        out[0].data_ptr(), pd.get(), scale.data_ptr(), dw.data_ptr(), db.data_ptr(),
-        eps, save_mean.data_ptr(),
-        save_invstd.data_ptr());
+  const std::string key = key_of(fused ? "train_add_relu" : "train", {x, residual, y},
+                                 {int64_t(fused), int64_t(running)}, {eps, running ? momentum : 0});
+  auto entry = cache().get_or_build(key, [&] {
+    auto g = new_graph(x.dtype());
+    TensorAttr X = data_tensor(*g, x, kX, "x");
+    TensorAttr scale = channel_tensor(*g, c, kScale, "scale");
+    TensorAttr shift = channel_tensor(*g, c, kBias, "bias");
+    TensorAttr epsilon = g->tensor(float(eps));
+    auto attrs = fe::graph::Batchnorm_attributes().set_epsilon(epsilon);
+    TensorAttr prev_mean, prev_var, mom;
+    if (running) {
+      prev_mean = channel_tensor(*g, c, kPrevMean, "running_mean");
+      prev_var = channel_tensor(*g, c, kPrevVar, "running_var");
+      mom = g->tensor(float(momentum));
+      attrs.set_previous_running_stats(prev_mean, prev_var, mom);
+    }
+    auto [bn, mean, inv_var, next_mean, next_var] = g->batchnorm(X, scale, shift, attrs);
+    channel_output(mean, kMean);
+    channel_output(inv_var, kInvStd);
+    if (running) {
+      channel_output(next_mean, kNextMean);
+      channel_output(next_var, kNextVar);
+    }
+    data_output(fused ? add_relu(*g, bn, residual) : bn, y, kY);
+    return finish(std::move(g));
   });
+  if (!entry->graph) return false;
+  // Per-channel tensors in f32 (Note [cuDNN batch norm dtypes]); the
+  // running statistics' new values go to buffers of their own, then back.
+  const Device dev = x.device();
+  Tensor scale = param(weight, DType::f32, c, 1.0, dev), shift = param(bias, DType::f32, c, 0.0, dev);
+  std::unordered_map<int64_t, void*> ptrs = {
+      {kX, x.data_ptr()},          {kScale, scale.data_ptr()},
+      {kBias, shift.data_ptr()},   {kY, y.data_ptr()},
+      {kMean, save_mean.data_ptr()}, {kInvStd, save_invstd.data_ptr()}};
+  if (fused && residual.defined()) ptrs[kResidual] = residual.data_ptr();
+  Tensor prev_mean, prev_var, next_mean, next_var;
+  if (running) {
+    prev_mean = param(running_mean, DType::f32, c, 0.0, dev);
+    prev_var = param(running_var, DType::f32, c, 1.0, dev);
+    next_mean = Tensor::empty({c}, TensorOptions(DType::f32).device(dev));
+    next_var = Tensor::empty({c}, TensorOptions(DType::f32).device(dev));
+    ptrs[kPrevMean] = prev_mean.data_ptr();
+    ptrs[kPrevVar] = prev_var.data_ptr();
+    ptrs[kNextMean] = next_mean.data_ptr();
+    ptrs[kNextVar] = next_var.data_ptr();
+  }
+  cg::execute(*entry->graph, ptrs, x, kOp);
+  if (running) {
+    Tensor(running_mean).copy_(next_mean);
+    Tensor(running_var).copy_(next_var);
+  }
+  return true;
+}
+
+bool graph_eval_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Tensor& running_mean, const Tensor& running_var,
+                        const Tensor& residual, bool fused, double eps, const Tensor& y) {
+  if (!graph_dtype(x.dtype())) return false;
+  const int64_t c = x.size(1);
+  const std::string key =
+      key_of(fused ? "eval_add_relu" : "eval", {x, residual, y}, {int64_t(fused)}, {});
+  auto entry = cache().get_or_build(key, [&] {
+    auto g = new_graph(x.dtype());
+    TensorAttr X = data_tensor(*g, x, kX, "x");
+    TensorAttr mean = channel_tensor(*g, c, kMean, "mean");
+    TensorAttr inv_var = channel_tensor(*g, c, kInvStd, "inv_variance");
+    TensorAttr scale = channel_tensor(*g, c, kScale, "scale");
+    TensorAttr shift = channel_tensor(*g, c, kBias, "bias");
+    TensorAttr bn = g->batchnorm_inference(X, mean, inv_var, scale, shift,
+                                           fe::graph::Batchnorm_inference_attributes());
+    data_output(fused ? add_relu(*g, bn, residual) : bn, y, kY);
+    return finish(std::move(g));
+  });
+  if (!entry->graph) return false;
+  const Device dev = x.device();
+  Tensor scale = param(weight, DType::f32, c, 1.0, dev), shift = param(bias, DType::f32, c, 0.0, dev);
+  Tensor mean = running_mean.to(DType::f32).contiguous();
+  Tensor inv_var = rsqrt(running_var.to(DType::f32) + eps).contiguous();
+  std::unordered_map<int64_t, void*> ptrs = {
+      {kX, x.data_ptr()},          {kMean, mean.data_ptr()}, {kInvStd, inv_var.data_ptr()},
+      {kScale, scale.data_ptr()},  {kBias, shift.data_ptr()}, {kY, y.data_ptr()}};
+  if (fused && residual.defined()) ptrs[kResidual] = residual.data_ptr();
+  cg::execute(*entry->graph, ptrs, x, kOp);
+  return true;
+}
+
+// The training-mode backward through a graph; y defined = the fused op's
+// (RELU_BWD first). dx is always written (cuDNN writes it), dresidual when
+// defined.
+bool graph_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& weight,
+                    const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
+                    const Tensor& dweight, const Tensor& dbias, const Tensor& dresidual) {
+  if (!graph_dtype(x.dtype())) return false;
+  const int64_t c = x.size(1);
+  const bool fused = y.defined(), want_dz = dresidual.defined();
+  const std::string key = key_of(fused ? "backward_add_relu" : "backward",
+                                 {x, y, dy, dx, dresidual}, {int64_t(fused), int64_t(want_dz)}, {});
+  auto entry = cache().get_or_build(key, [&] {
+    auto g = new_graph(x.dtype());
+    TensorAttr DY = data_tensor(*g, dy, kDy, "dy");
+    TensorAttr X = data_tensor(*g, x, kX, "x");
+    TensorAttr scale = channel_tensor(*g, c, kScale, "scale");
+    TensorAttr mean = channel_tensor(*g, c, kMean, "mean");
+    TensorAttr inv_var = channel_tensor(*g, c, kInvStd, "inv_variance");
+    TensorAttr grad = DY;
+    if (fused) {
+      TensorAttr Y = data_tensor(*g, y, kY, "y");
+      grad = g->pointwise(
+          DY, Y, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::RELU_BWD));
+      if (want_dz) data_output(grad, dresidual, kDz);
+    }
+    auto [DX, dscale, dshift] = g->batchnorm_backward(
+        grad, X, scale,
+        fe::graph::Batchnorm_backward_attributes().set_saved_mean_and_inv_variance(mean, inv_var));
+    data_output(DX, dx, kDx);
+    channel_output(dscale, kDScale);
+    channel_output(dshift, kDBias);
+    return finish(std::move(g));
+  });
+  if (!entry->graph) return false;
+  const Device dev = x.device();
+  Tensor scale = param(weight, DType::f32, c, 1.0, dev);
+  TensorOptions f32 = TensorOptions(DType::f32).device(dev);
+  Tensor dw = Tensor::empty({c}, f32), db = Tensor::empty({c}, f32);
+  std::unordered_map<int64_t, void*> ptrs = {
+      {kDy, dy.data_ptr()},        {kX, x.data_ptr()},
+      {kScale, scale.data_ptr()},  {kMean, save_mean.data_ptr()},
+      {kInvStd, save_invstd.data_ptr()}, {kDx, dx.data_ptr()},
+      {kDScale, dw.data_ptr()},    {kDBias, db.data_ptr()}};
+  if (fused) ptrs[kY] = y.data_ptr();
+  if (want_dz) ptrs[kDz] = dresidual.data_ptr();
+  cg::execute(*entry->graph, ptrs, x, kOp);
   if (dweight.defined()) Tensor(dweight).copy_(dw);
   if (dbias.defined()) Tensor(dbias).copy_(db);
+  return true;
+}
+
+// ---- the registered kernels -------------------------------------------------
+
+void train_forward_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+                        const Tensor& running_mean, const Tensor& running_var,
+                        const Tensor& residual_in, bool fused, double momentum, double eps,
+                        const Tensor& y_in, const Tensor& save_mean, const Tensor& save_invstd) {
+  CudaDeviceGuard guard(x_in.device().index);
+  autograd::NoGradGuard no_grad;
+  const Tensor x = as_4d(x_in), y = as_4d(y_in), residual = as_4d(residual_in);
+  if (graph_train_forward(x, weight, bias, running_mean, running_var, residual, fused, momentum,
+                          eps, y, save_mean, save_invstd))
+    return;
+  legacy_train_forward(x, weight, bias, running_mean, running_var, momentum, eps, y, save_mean,
+                       save_invstd);
+  if (fused) add_relu_in_place(y, residual);
+}
+
+void eval_forward_impl(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
+                       const Tensor& running_mean, const Tensor& running_var,
+                       const Tensor& residual_in, bool fused, double eps, const Tensor& y_in) {
+  CudaDeviceGuard guard(x_in.device().index);
+  autograd::NoGradGuard no_grad;
+  const Tensor x = as_4d(x_in), y = as_4d(y_in), residual = as_4d(residual_in);
+  if (graph_eval_forward(x, weight, bias, running_mean, running_var, residual, fused, eps, y))
+    return;
+  legacy_eval_forward(x, weight, bias, running_mean, running_var, eps, y);
+  if (fused) add_relu_in_place(y, residual);
+}
+
+void backward_impl(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
+                   const Tensor& weight, const Tensor& save_mean, const Tensor& save_invstd,
+                   bool batch_stats, double eps, const Tensor& dx_in, const Tensor& dweight,
+                   const Tensor& dbias, const Tensor& dresidual_in) {
+  CudaDeviceGuard guard(x_in.device().index);
+  autograd::NoGradGuard no_grad;
+  const Tensor x = as_4d(x_in), y = as_4d(y_in), dy = as_4d(dy_in);
+  const Tensor dresidual = as_4d(dresidual_in);
+  // cuDNN writes dx always; an unwanted one goes to scratch.
+  const Tensor dx = dx_in.defined()
+                        ? as_4d(dx_in)
+                        : empty_nchw(x.shape(), x.dtype(), x.device(), is_channels_last(x));
+  if (batch_stats && graph_backward(x, y, dy, weight, save_mean, save_invstd, dx, dweight, dbias,
+                                    dresidual))
+    return;
+  // The relu's backward by tensor ops, then batch_norm's; dz in x's layout,
+  // as the legacy call describes x, dy and dx with one descriptor.
+  Tensor dz_in = y_in.defined() ? masked_fill(dy_in, le(y_in, 0.0), 0.0) : dy_in;
+  if (is_channels_last(x_in) ? !is_channels_last(dz_in) : !dz_in.is_contiguous())
+    dz_in = is_channels_last(x_in) ? to_channels_last(dz_in) : dz_in.contiguous();
+  if (dresidual_in.defined()) Tensor(dresidual_in).copy_(dz_in);
+  if (!batch_stats)
+    return eval_backward(x_in, dz_in, weight, save_mean, save_invstd, dx_in, dweight, dbias);
+  legacy_backward(x_in, dz_in, weight, save_mean, save_invstd, true, eps, dx_in, dweight, dbias);
+}
+
+void train_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                   const Tensor& running_mean, const Tensor& running_var, double momentum,
+                   double eps, const Tensor& y, const Tensor& save_mean,
+                   const Tensor& save_invstd) {
+  train_forward_impl(x, weight, bias, running_mean, running_var, Tensor(), false, momentum, eps, y,
+                     save_mean, save_invstd);
+}
+void eval_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                  const Tensor& running_mean, const Tensor& running_var, double eps,
+                  const Tensor& y) {
+  eval_forward_impl(x, weight, bias, running_mean, running_var, Tensor(), false, eps, y);
+}
+void backward(const Tensor& x, const Tensor& dy, const Tensor& weight, const Tensor& save_mean,
+              const Tensor& save_invstd, bool batch_stats, double eps, const Tensor& dx,
+              const Tensor& dweight, const Tensor& dbias) {
+  backward_impl(x, Tensor(), dy, weight, save_mean, save_invstd, batch_stats, eps, dx, dweight,
+                dbias, Tensor());
+}
+void add_relu_train_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            const Tensor& running_mean, const Tensor& running_var,
+                            const Tensor& residual, double momentum, double eps, const Tensor& y,
+                            const Tensor& save_mean, const Tensor& save_invstd) {
+  train_forward_impl(x, weight, bias, running_mean, running_var, residual, true, momentum, eps, y,
+                     save_mean, save_invstd);
+}
+void add_relu_eval_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                           const Tensor& running_mean, const Tensor& running_var,
+                           const Tensor& residual, double eps, const Tensor& y) {
+  eval_forward_impl(x, weight, bias, running_mean, running_var, residual, true, eps, y);
+}
+void add_relu_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& weight,
+                       const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats,
+                       double eps, const Tensor& dx, const Tensor& dweight, const Tensor& dbias,
+                       const Tensor& dresidual) {
+  backward_impl(x, y, dy, weight, save_mean, save_invstd, batch_stats, eps, dx, dweight, dbias,
+                dresidual);
 }
 
 }  // namespace
@@ -195,7 +422,10 @@ void backward(const Tensor& x_in, const Tensor& dy_in, const Tensor& weight,
 DDP_REGISTER_KERNEL(batch_norm_train_forward, CUDA, train_forward)
 DDP_REGISTER_KERNEL(batch_norm_eval_forward, CUDA, eval_forward)
 DDP_REGISTER_KERNEL(batch_norm_backward, CUDA, backward)
+DDP_REGISTER_KERNEL(batch_norm_add_relu_train_forward, CUDA, add_relu_train_forward)
+DDP_REGISTER_KERNEL(batch_norm_add_relu_eval_forward, CUDA, add_relu_eval_forward)
+DDP_REGISTER_KERNEL(batch_norm_add_relu_backward, CUDA, add_relu_backward)
 
-}  // namespace ddp::nn::functional
+}  // namespace ddp::nn::functional::batch_norm_cuda
 
 #endif  // DDP_HAVE_CUDNN

@@ -24,8 +24,6 @@ std::shared_ptr<Sequential> projection(int64_t in, int64_t out, int64_t stride) 
   return s;
 }
 
-using ::ddp::relu;  // the tensor op (ops.h)
-
 }  // namespace
 
 BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
@@ -38,10 +36,13 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
     downsample = register_module("downsample", projection(in_planes, planes, stride));
 }
 
+// Each branch ends in relu(bn(conv(x))) or relu(bn(conv(x)) + identity):
+// BatchNorm2d::forward_add_relu, one fused op (Note [BatchNorm + add + ReLU
+// fusion]).
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor y = relu(bn1->forward(conv1->forward(x)));
-  y = bn2->forward(conv2->forward(y));
-  return relu(add(y, downsample ? downsample->forward(x) : x));
+  Tensor y = bn1->forward_add_relu(conv1->forward(x));
+  y = conv2->forward(y);
+  return bn2->forward_add_relu(y, downsample ? downsample->forward(x) : x);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
@@ -58,10 +59,10 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor y = relu(bn1->forward(conv1->forward(x)));
-  y = relu(bn2->forward(conv2->forward(y)));
-  y = bn3->forward(conv3->forward(y));
-  return relu(add(y, downsample ? downsample->forward(x) : x));
+  Tensor y = bn1->forward_add_relu(conv1->forward(x));
+  y = bn2->forward_add_relu(conv2->forward(y));
+  y = conv3->forward(y);
+  return bn3->forward_add_relu(y, downsample ? downsample->forward(x) : x);
 }
 
 ResNet::ResNet(Block block, std::vector<int64_t> blocks_per_stage, Stem stem, int64_t base_planes,
@@ -102,7 +103,7 @@ ResNet::ResNet(Block block, std::vector<int64_t> blocks_per_stage, Stem stem, in
 }
 
 Tensor ResNet::forward(const Tensor& x) {
-  Tensor y = relu(bn1->forward(conv1->forward(x)));
+  Tensor y = bn1->forward_add_relu(conv1->forward(x));
   if (maxpool) y = maxpool->forward(y);
   for (auto& stage : layers) y = stage->forward(y);
   y = avgpool->forward(y).flatten(1);
