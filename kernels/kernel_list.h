@@ -112,6 +112,19 @@ DDP_DECLARE_KERNEL(layer_norm_backward, void,
 // matmul and add). A device without a registration always composes.
 DDP_DECLARE_KERNEL(linear_forward, bool,
                    (const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y))
+// y = gelu_tanh(x·wᵀ + bias) with pre = x·wᵀ + bias (the pre-activation,
+// [rows, out], saved for the backward) in one call; same contract and
+// fallback as linear_forward (Note [cuBLASLt linear]).
+DDP_DECLARE_KERNEL(linear_gelu_forward, bool,
+                   (const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                    const Tensor& pre))
+// dw [out, in] = dyᵀ [out, rows] · x [rows, in] and, when db [out] is
+// defined, db = Σ_rows dy from the same GEMM; dy, x, dw, db one dtype,
+// contiguous. false: nothing written, the frontend composes.
+DDP_DECLARE_KERNEL(linear_backward_weight, bool,
+                   (const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db))
+// The backend's GEMM plan cache (Note [cuBLASLt plan cache]).
+DDP_DECLARE_KERNEL(linear_cache_stats, PlanCacheStats, ())
 
 // ---- fused attention (src/nn/functional/attention.cpp) ----------------------------
 // Whether the fused kernel takes this dtype and head size; a device without
