@@ -45,7 +45,8 @@ void SGD::update_group(const ParamGroup& group, const Tensors& params, const Ten
                             .momentum = o.momentum,
                             .dampening = o.dampening,
                             .nesterov = o.nesterov,
-                            .maximize = o.maximize});
+                            .maximize = o.maximize},
+                           step_found_inf());
   } catch (...) {
     // Buffers created for this step were never written: drop them.
     for (size_t k = 0; k < fresh.size(); ++k)

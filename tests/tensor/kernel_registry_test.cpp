@@ -30,7 +30,8 @@ const std::set<std::string> kCpuKernels = {
     "max_pool2d_forward",     "max_pool2d_backward",     "max_pool2d_forward_nhwc",
     "max_pool2d_backward_nhwc", "layer_norm_forward",
     "layer_norm_backward",    "foreach_sgd_step",        "foreach_adamw_step",
-    "foreach_pow_sum",        "foreach_mul"};
+    "foreach_pow_sum",        "foreach_mul",             "foreach_unscale",
+    "amp_update_scale"};
 
 TEST(KernelRegistry, TheCpuHasEveryCpuKernel) {
   EXPECT_EQ(registered_for(DeviceType::CPU), kCpuKernels);
@@ -50,7 +51,10 @@ TEST(KernelRegistry, CudaRegistrationsFollowTheBuild) {
                                     "attention_supports",  "attention_forward",
                                     "attention_backward",  "foreach_sgd_step",
                                     "foreach_adamw_step",  "foreach_pow_sum",
-                                    "foreach_mul",         "linear_forward"};
+                                    "foreach_mul",         "linear_forward",
+                                    "foreach_unscale",     "amp_update_scale",
+                                    "linear_gelu_forward", "linear_backward_weight",
+                                    "linear_cache_stats"};
 #if DDP_HAVE_CUDNN
   for (const char* op : {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weight",
                          "conv2d_cache_stats", "batch_norm_train_forward",
