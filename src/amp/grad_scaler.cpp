@@ -235,7 +235,8 @@ void GradScaler::update() {
 void GradScaler::update(double new_scale) {
   if (!options_.enabled) return;
   check_scale("GradScaler.update", "new_scale", new_scale);
-  set_state(float(new_scale), growth_tracker());
+  scale_ = float(new_scale);
+  if (scale_dev_.defined()) scale_dev_.fill_(new_scale);  // a kernel: no wait
   per_optimizer_.clear();
 }
 

@@ -263,7 +263,7 @@ std::shared_ptr<Plan> find_plan(const Gemm& g, const CublasTypes& t, int device,
   std::shared_ptr<Plan> plan = make_plan(g, t, device, h);
   std::lock_guard<std::mutex> lock(cache.mu);
   if (cache.plans.size() >= kMaxPlans) cache.plans.clear();
-  auto [it, inserted] = cache.plans.emplace(key, std::move(plan));
+  auto it = cache.plans.emplace(key, std::move(plan)).first;
   cache.stats.entries = int64_t(cache.plans.size());
   return it->second;
 }
