@@ -126,21 +126,22 @@ static bool foreach_mul_(const Tensors& xs, double factor) {
 
 // The unscale of foreach_mul with the factor read from the scale tensor and
 // the flag written to a tensor, as the CUDA kernel (kernel_list.h).
-static void foreach_unscale(const Tensors& xs, const Tensor& scale, const Tensor& found_inf) {
+static void unscale_with_flag(const Tensors& xs, const Tensor& scale,
+                              const Tensor& found_inf) {
   const double inv = double(float(1.0 / double(*static_cast<const float*>(scale.data_ptr()))));
   if (foreach_mul_(xs, inv)) *static_cast<float*>(found_inf.data_ptr()) = 1.0f;
 }
 
-static void amp_update_scale(const Tensor& scale, const Tensor& growth_tracker,
-                             const Tensor& found_inf, const kernels::ScaleUpdate& u) {
+static void update_scale_in_place(const Tensor& scale, const Tensor& growth_tracker,
+                                  const Tensor& found_inf, const kernels::ScaleUpdate& u) {
   kernels::update_scale(*static_cast<float*>(scale.data_ptr()),
                         *static_cast<int64_t*>(growth_tracker.data_ptr()),
                         *static_cast<const float*>(found_inf.data_ptr()) != 0.0f, u);
 }
 
 DDP_REGISTER_KERNEL(foreach_sgd_step, CPU, foreach_sgd)
-DDP_REGISTER_KERNEL(foreach_unscale, CPU, foreach_unscale)
-DDP_REGISTER_KERNEL(amp_update_scale, CPU, amp_update_scale)
+DDP_REGISTER_KERNEL(foreach_unscale, CPU, unscale_with_flag)
+DDP_REGISTER_KERNEL(amp_update_scale, CPU, update_scale_in_place)
 DDP_REGISTER_KERNEL(foreach_adamw_step, CPU, foreach_adamw)
 DDP_REGISTER_KERNEL(foreach_pow_sum, CPU, foreach_norm)
 DDP_REGISTER_KERNEL(foreach_mul, CPU, [](const Tensors& xs, double factor, bool check_finite) {

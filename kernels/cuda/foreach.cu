@@ -156,7 +156,8 @@ static __global__ void adamw_kernel(const TensorList<6, 2> list, const kernels::
 // device step counts of AdamW (one thread per tensor), before its update.
 static __global__ void count_steps_kernel(const TensorList<1, 0> list, const float* found_inf) {
   if (found_inf && *found_inf != 0.0f) return;
-  for (int k = threadIdx.x; k < list.count; k += blockDim.x) *static_cast<double*>(list.ptr[0][k]) += 1;
+  for (int k = threadIdx.x; k < list.count; k += blockDim.x)
+    *static_cast<double*>(list.ptr[0][k]) += 1;
 }
 
 // ---- norm and scaling -----------------------------------------------------------
@@ -385,14 +386,13 @@ DDP_REGISTER_KERNEL(foreach_unscale, CUDA,
                       OnDevice on(xs[0]);
                       foreach_mul_(xs, 1.0, scale, found_inf, on.stream);
                     })
-DDP_REGISTER_KERNEL(amp_update_scale, CUDA,
-                    [](const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
-                       const kernels::ScaleUpdate& u) {
-                      OnDevice on(scale);
-                      update_scale_kernel<<<1, 1, 0, native(on.stream)>>>(
-                          ptr<float>(scale), ptr<int64_t>(growth_tracker), ptr<float>(found_inf),
-                          u);
-                      DDP_CUDA_CHECK_LAUNCH("update_scale_kernel");
-                    })
+static void update_scale_on_device(const Tensor& scale, const Tensor& growth_tracker,
+                             const Tensor& found_inf, const kernels::ScaleUpdate& u) {
+  OnDevice on(scale);
+  update_scale_kernel<<<1, 1, 0, native(on.stream)>>>(
+      ptr<float>(scale), ptr<int64_t>(growth_tracker), ptr<float>(found_inf), u);
+  DDP_CUDA_CHECK_LAUNCH("update_scale_kernel");
+}
+DDP_REGISTER_KERNEL(amp_update_scale, CUDA, update_scale_on_device)
 
 }  // namespace ddp::cuda_kernels

@@ -40,9 +40,8 @@ void AdamW::update_group(const ParamGroup& group, const Tensors& params, const T
   for (size_t k = 0; k < params.size(); ++k) {
     TensorDict& state = *states[k];
     if (state.empty()) {
-      state.insert("step", device_counts
-                               ? Tensor::zeros({}, TensorOptions(DType::f64).device(params[k].device()))
-                               : Tensor::scalar(0.0, DType::f64));
+      const Device where = device_counts ? params[k].device() : Device::cpu();
+      state.insert("step", Tensor::zeros({}, TensorOptions(DType::f64).device(where)));
       state.insert("exp_avg", zeros_like(params[k]));
       state.insert("exp_avg_sq", zeros_like(params[k]));
       if (o.amsgrad) state.insert("max_exp_avg_sq", zeros_like(params[k]));

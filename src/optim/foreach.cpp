@@ -149,7 +149,8 @@ void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_
             per_tensor.size(), steps.size(), params.size());
   if (params.empty()) return;
   check_flag("adamw_step", "found_inf", found_inf, params[0].device());
-  for (const Tensor& t : steps) check_flag("adamw_step", "a step count", t, params[0].device(), DType::f64);
+  for (const Tensor& t : steps)
+    check_flag("adamw_step", "a step count", t, params[0].device(), DType::f64);
   NoGradGuard no_grad;
   const Device device = params[0].device();
   for (const auto& [dtype, idx] : by_dtype(params)) {

@@ -85,7 +85,8 @@ Tensors grads_for(const Run& r, int s, Device d) {
   Tensors out;
   for (size_t k = 0; k < r.params.size(); ++k) {
     Tensor g = mul(randn(r.params[k].shape(), DType::f32, &gen), 1024.0);
-    if ((s == 2 && k == 1) || (s == 5 && k == 3)) g.reshape({-1}).narrow(0, 3, 1).fill_(s == 2 ? INFINITY : NAN);
+    if ((s == 2 && k == 1) || (s == 5 && k == 3))
+      g.reshape({-1}).narrow(0, 3, 1).fill_(s == 2 ? INFINITY : NAN);
     out.push_back(g.to(d));
   }
   return out;
@@ -118,10 +119,10 @@ TEST(GradScalerNoSync, StepsOnlyQueueWorkAndMatchTheHostPath) {
   Tensor loss = Tensor::scalar(0.375, TensorOptions(DType::f32).device(gpu));
   Tensors scaled_losses;  // scale(loss) before each step
   {
-    Hold hold(cuda::current_stream(0));
+    const cuda::Stream stream = cuda::current_stream(0);
+    Hold hold(stream);
     auto queued = std::async(std::launch::async, [&] {
-      // The worker thread must queue on the held stream too.
-      cuda::StreamGuard on(cuda::current_stream(0));
+      cuda::StreamGuard on(stream);  // the worker queues on the held stream too
       for (int s = 1; s < kSteps; ++s) {
         scaled_losses.push_back(dev.scaler.scale(loss));
         results.push_back(scaler_step(dev, dev_grads[s]));
@@ -130,7 +131,7 @@ TEST(GradScalerNoSync, StepsOnlyQueueWorkAndMatchTheHostPath) {
     const bool returned = queued.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
     EXPECT_TRUE(returned) << "the scaler steps waited for the held stream: a host sync";
     cuda::Event pending;
-    pending.record(cuda::current_stream(0));
+    pending.record(stream);
     EXPECT_FALSE(pending.query()) << "the stream ran while held: the test proves nothing";
     hold.open();
     queued.get();

@@ -37,7 +37,7 @@ TEST(StepResult, AFlagIsReadWhenConvertedAndOnlyOnce) {
 
 TEST(StepResult, TheCpuPathAnswersAtOnce) {
   Tensor p = Tensor::from_vector(std::vector<float>{1, 2}, {2}).set_requires_grad();
-  optim::SGD opt({p}, 0.5);
+  optim::SGD opt(Tensors{p}, 0.5);
   amp::GradScaler scaler({.init_scale = 4});
   p.set_grad(Tensor::from_vector(std::vector<float>{4, 8}, {2}));
   amp::StepResult r = scaler.step(opt);

@@ -36,7 +36,8 @@ TEST(LinearGelu, EqualsComposedOnCpu) {
       SCOPED_TRACE(std::string(dtype_name(dt)) + (with_bias ? " bias" : " no bias"));
       Tensor x = leaf({2, 3, 4}, 1, dt), w = leaf({8, 4}, 2, dt);
       Tensor b = with_bias ? leaf({8}, 3, dt) : Tensor();
-      Tensor x2 = x.detach().clone().set_requires_grad(), w2 = w.detach().clone().set_requires_grad();
+      Tensor x2 = x.detach().clone().set_requires_grad();
+      Tensor w2 = w.detach().clone().set_requires_grad();
       Tensor b2 = with_bias ? b.detach().clone().set_requires_grad() : Tensor();
       Tensor got = F::linear_gelu(x, w, b);
       Tensor want = F::gelu(F::linear(x2, w2, b2), "tanh");

@@ -103,7 +103,8 @@ TEST(FoundInfStep, ASkippedFirstStepLeavesNoState) {
 
 class NotSkipping : public optim::Optimizer {
  public:
-  explicit NotSkipping(const Tensors& p) : Optimizer("NotSkipping", optim::single_group(p), 0.1, 0) {}
+  explicit NotSkipping(const Tensors& p)
+      : Optimizer("NotSkipping", optim::single_group(p), 0.1, 0) {}
 
  protected:
   void update_group(const optim::ParamGroup&, const Tensors&, const Tensors&,

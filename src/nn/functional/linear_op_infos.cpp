@@ -39,8 +39,8 @@ void add_linear_op_infos(std::vector<OpInfo>& ops) {
                        linear_gelu(x.transpose(0, 1), w.narrow(0, 0, 6), b.narrow(0, 0, 6))};
       },
       {0, 1, 2});
-  // A GPT-2 MLP's first layer: 4096 tokens, 768 → 3072.
-  op.cuda_samples = {floats({{4096, 768}, {3072, 768}, {3072}})};
+  // A GPT-2 MLP's first layer: 4096 tokens (2 × 2048), 768 → 3072.
+  op.cuda_samples = {floats({{2, 2048, 768}, {3072, 768}, {3072}})};
   op.cuda_scaled_tolerance = kTolerance;
   op.bad_inputs = {
       bad_input<ShapeError>("in-features that differ", "linear_gelu",
