@@ -107,6 +107,22 @@ GradScaler::GradScaler(GradScalerOptions options)
   check_count(who, "growth_interval", double(options.growth_interval), 1);
 }
 
+GradScaler::GradScaler(const GradScaler& other)
+    : options_(other.options_),
+      scale_(other.scale_),
+      growth_tracker_(other.growth_tracker_),
+      per_optimizer_(other.per_optimizer_) {
+  if (other.scale_dev_.defined()) {
+    scale_dev_ = other.scale_dev_.clone();
+    growth_tracker_dev_ = other.growth_tracker_dev_.clone();
+  }
+}
+
+GradScaler& GradScaler::operator=(const GradScaler& other) {
+  if (this != &other) *this = GradScaler(other);
+  return *this;
+}
+
 Tensor GradScaler::scale(const Tensor& loss) const {
   DDP_CHECK(loss.defined(), "GradScaler.scale: the loss is undefined");
   if (!options_.enabled) return loss;

@@ -154,6 +154,11 @@ TEST(GradScalerNoSync, StepsOnlyQueueWorkAndMatchTheHostPath) {
   EXPECT_EQ(host.adamw->state(0).at("step").item<double>(), 5.0);
   const TensorDict sd = dev.scaler.state_dict(), sh = host.scaler.state_dict();
   EXPECT_EQ(sd.at("scale").item<double>(), sh.at("scale").item<double>());
+  // A copy owns its device scale.
+  amp::GradScaler copy = dev.scaler;
+  copy.update(4.0);
+  EXPECT_EQ(copy.get_scale(), 4.0);
+  EXPECT_EQ(dev.scaler.get_scale(), host.scaler.get_scale());
 }
 
 }  // namespace

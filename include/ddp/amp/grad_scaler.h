@@ -96,6 +96,11 @@ class GradScaler {
  public:
   // ValueError for an option out of range (naming it).
   explicit GradScaler(GradScalerOptions options = {});
+  // A copy owns its own device scale and tracker (copied on the device).
+  GradScaler(const GradScaler& other);
+  GradScaler& operator=(const GradScaler& other);
+  GradScaler(GradScaler&&) = default;
+  GradScaler& operator=(GradScaler&&) = default;
 
   // loss * scale (in loss's dtype), to call backward on; loss itself when
   // disabled.
