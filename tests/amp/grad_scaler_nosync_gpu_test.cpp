@@ -60,16 +60,16 @@ class Hold {
   std::shared_ptr<std::atomic<bool>> open_;
 };
 
-struct Run {
+struct ScalerRun {
   Tensors params;
   std::unique_ptr<optim::SGD> sgd;     // params[0..1], with momentum
   std::unique_ptr<optim::AdamW> adamw;  // params[2..3]
   amp::GradScaler scaler{{.init_scale = 1024, .growth_interval = 2}};
 };
 
-Run make_run(Device d) {
+ScalerRun make_run(Device d) {
   Generator gen(5);
-  Run r;
+  ScalerRun r;
   const Shape shapes[] = {{300, 7}, {40000}, {129}, {64, 65}};
   for (const Shape& s : shapes)
     r.params.push_back(randn(s, DType::f32, &gen).to(d).detach().set_requires_grad());
@@ -80,7 +80,7 @@ Run make_run(Device d) {
 }
 
 // Step s's gradients (scaled by 1024), with an inf or NaN in steps 2 and 5.
-Tensors grads_for(const Run& r, int s, Device d) {
+Tensors grads_for(const ScalerRun& r, int s, Device d) {
   Generator gen(100 + uint64_t(s));
   Tensors out;
   for (size_t k = 0; k < r.params.size(); ++k) {
@@ -93,7 +93,7 @@ Tensors grads_for(const Run& r, int s, Device d) {
 }
 
 // One scaler step of both optimizers; returns the two results, unread.
-std::pair<amp::StepResult, amp::StepResult> scaler_step(Run& r, const Tensors& grads) {
+std::pair<amp::StepResult, amp::StepResult> scaler_step(ScalerRun& r, const Tensors& grads) {
   for (size_t k = 0; k < r.params.size(); ++k) r.params[k].set_grad(grads[k]);
   amp::StepResult a = r.scaler.step(*r.sgd);
   amp::StepResult b = r.scaler.step(*r.adamw);
@@ -105,7 +105,7 @@ TEST(GradScalerNoSync, StepsOnlyQueueWorkAndMatchTheHostPath) {
   SKIP_WITHOUT_GPU();
   const Device gpu{DeviceType::CUDA, 0};
   const int kSteps = 7;
-  Run dev = make_run(gpu), host = make_run(Device::cpu());
+  ScalerRun dev = make_run(gpu), host = make_run(Device::cpu());
   std::vector<Tensors> dev_grads;
   for (int s = 0; s < kSteps; ++s) dev_grads.push_back(grads_for(dev, s, gpu));
 
