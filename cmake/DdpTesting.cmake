@@ -27,10 +27,13 @@ function(ddp_add_test_dir name dir)
     target_include_directories(${_exe} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src
                                               ${PROJECT_SOURCE_DIR}/kernels)
     set(_kind_label ${kind})
+    # GPU tests compare CUDA with the CPU to f32 rounding: cuDNN's TF32 (on
+    # by default, Note [cuDNN TF32]) is off unless a test turns it on.
+    set(_props LABELS ${_kind_label} ENVIRONMENT DDP_CUDNN_ALLOW_TF32=0)
     if(kind STREQUAL "unit")
-      set(_kind_label ${_label})
+      set(_props LABELS ${_label})
     endif()
-    gtest_discover_tests(${_exe} PROPERTIES LABELS ${_kind_label} DISCOVERY_TIMEOUT 60
+    gtest_discover_tests(${_exe} PROPERTIES ${_props} DISCOVERY_TIMEOUT 60
                          TEST_PREFIX "${name}.")
   endforeach()
 endfunction()

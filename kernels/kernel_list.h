@@ -32,9 +32,11 @@ DDP_DECLARE_KERNEL(softmax_backward, void,
 
 // ---- conv2d (src/nn/functional/conv.cpp) ------------------------------------------
 // x, y, dy, dx in g's layout (NHWC-strided when g.channels_last, else
-// contiguous NCHW); w, dw [O, C/G, KH, KW] and b, db [O] contiguous; b and db
-// may be undefined. Any floating dtype (a backend converts what it cannot
-// compute natively).
+// contiguous NCHW); b, db [O] contiguous and may be undefined. w, dw
+// [O, C/G, KH, KW]: contiguous on the CPU; on CUDA contiguous or
+// NHWC-strided, independently of x (the parameter's own layout, Note [cuDNN
+// convolution]), with dw allocated in w's layout. Any floating dtype (a
+// backend converts what it cannot compute natively).
 DDP_DECLARE_KERNEL(conv2d_forward, void,
                    (const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                     const Tensor& y))
@@ -45,6 +47,13 @@ DDP_DECLARE_KERNEL(conv2d_backward_weight, void,
                     const Tensor& db))
 // The backend's primitive / algorithm cache.
 DDP_DECLARE_KERNEL(conv2d_cache_stats, PlanCacheStats, ())
+// y = relu(conv(x, w) + b) in one fused pass, for inference (no backward).
+// Tensors as for conv2d_forward; b may be undefined (conv + ReLU). Returns
+// false, writing nothing, when the backend has no fused engine for this
+// case (the frontend then composes). Registered on CUDA only.
+DDP_DECLARE_KERNEL(conv2d_bias_relu_forward, bool,
+                   (const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
+                    const Tensor& y))
 
 // ---- batch_norm (src/nn/functional/batch_norm.cpp) --------------------------------
 // x [N, C, ...] floating, contiguous or (4-D) NHWC-strided; y like x (same
@@ -83,7 +92,7 @@ DDP_DECLARE_KERNEL(max_pool2d_forward, void,
 DDP_DECLARE_KERNEL(max_pool2d_backward, void,
                    (const Tensor& dy, const Tensor& indices, const Tensor& dx))
 // The same on [N, C, H, W] NHWC-strided tensors (Note [Channels-last
-// tensors]), CPU only (Note [Channels-last max_pool2d]): x, y, indices and dx
+// tensors]), on the CPU and CUDA (Note [Channels-last max_pool2d]): x, y, indices and dx
 // NHWC-strided; indices hold the same h·W + w as the planar kernel's; dy
 // [N, C, OH, OW] with any strides (read through them, so a broadcast or NCHW
 // dy needs no copy).
@@ -104,6 +113,42 @@ DDP_DECLARE_KERNEL(layer_norm_backward, void,
                    (const Tensor& dy, const Tensor& x, const Tensor& weight, const Tensor& mean,
                     const Tensor& rstd, const Tensor& dx, const Tensor& dweight,
                     const Tensor& dbias))
+
+// ---- embedding (src/nn/functional/embedding.cpp) -----------------------------------
+// weight [num, dim] contiguous floating; index [n] contiguous i64 or i32;
+// out [n, dim] contiguous in weight's dtype: out[i] = weight[index[i]]. An
+// index outside [0, num): the CPU raises IndexError naming "embedding", the
+// value and its position; CUDA records it in the device error record and
+// writes a zero row (Note [Deferred device errors]).
+DDP_DECLARE_KERNEL(embedding_forward, void,
+                   (const Tensor& weight, const Tensor& index, const Tensor& out))
+// dweight [num, dim] contiguous (weight's dtype) = Σ over i with index[i] = r
+// of dy[i] (dy [n, dim] contiguous), summed in the compute type in the order
+// of i, so the result is deterministic and equal on every backend. Bad
+// indices: as in forward (their rows are skipped).
+DDP_DECLARE_KERNEL(embedding_backward, void,
+                   (const Tensor& dy, const Tensor& index, const Tensor& dweight))
+
+// ---- cross_entropy (src/nn/functional/loss.cpp; Note [Fused cross entropy]) ------
+// logits [n, C] contiguous floating; target [n] contiguous i64; loss and lse
+// [n] contiguous in the compute dtype (f64 for f64, else f32). Per row i:
+//   lse_i  = log Σ_c exp(x_ic)
+//   loss_i = valid_i · ((1−ε)·(lse_i − x_{i,t_i}) + ε·(lse_i − Σ_c x_ic / C))
+// with valid_i = (t_i != ignore_index), ε = label_smoothing. A target outside
+// [0, C) other than ignore_index: the CPU raises IndexError naming
+// "cross_entropy"; CUDA records it (Note [Deferred device errors]) and writes
+// NaN as that row's loss.
+DDP_DECLARE_KERNEL(cross_entropy_forward, void,
+                   (const Tensor& logits, const Tensor& target, int64_t ignore_index,
+                    double label_smoothing, const Tensor& loss, const Tensor& lse))
+// dx [n, C] contiguous in logits' dtype:
+//   dx_ic = valid_i · scale_i · (exp(x_ic − lse_i) − (1−ε)·[c = t_i] − ε/C)
+// with lse from forward and scale [n] contiguous in the compute dtype. A
+// target out of range matches no class (forward has reported it).
+DDP_DECLARE_KERNEL(cross_entropy_backward, void,
+                   (const Tensor& logits, const Tensor& target, const Tensor& lse,
+                    const Tensor& scale, int64_t ignore_index, double label_smoothing,
+                    const Tensor& dx))
 
 // ---- linear (src/nn/functional/linear.cpp) -----------------------------------------
 // y [rows, out] = x [rows, in] · wᵀ (+ bias [out]) in one library call; all
@@ -127,11 +172,15 @@ DDP_DECLARE_KERNEL(linear_backward_weight, bool,
 DDP_DECLARE_KERNEL(linear_cache_stats, PlanCacheStats, ())
 
 // ---- fused attention (src/nn/functional/attention.cpp) ----------------------------
-// Whether the fused kernel takes this dtype and head size; a device without
-// a registration has no fused attention and uses the composite path.
-DDP_DECLARE_KERNEL(attention_supports, bool, (DType dtype, int64_t head_size))
+// Whether a fused kernel takes this dtype and head size on `device` (cuDNN's
+// engines depend on the GPU's architecture); a device without a
+// registration has no fused attention and uses the composite path. CUDA:
+// Note [Attention paths on CUDA] in src/nn/functional/attention_cuda.cpp.
+DDP_DECLARE_KERNEL(attention_supports, bool, (const Device& device, DType dtype, int64_t head_size))
 // Contiguous [B·H, rows, D] views: q, out [BH, T, D]; k, v [BH, S, D]; lse f32
-// [BH, T] (the rows' log-sum-exp). out = softmax(q kᵀ · scale, causal) v.
+// [BH, T] (the rows' natural-log log-sum-exp of the scaled, masked scores:
+// every fused path writes and reads the same quantity, so a forward of one
+// path pairs with a backward of another). out = softmax(q kᵀ · scale, causal) v.
 DDP_DECLARE_KERNEL(attention_forward, void,
                    (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                     const Tensor& lse, float scale, bool causal))
@@ -141,6 +190,9 @@ DDP_DECLARE_KERNEL(attention_backward, void,
                     const Tensor& dout, const Tensor& lse, const Tensor& delta,
                     const Tensor& dq, const Tensor& dk, const Tensor& dv, float scale,
                     bool causal))
+// The cuDNN attention graphs built and reused (forward and backward; all
+// zero where the fused kernels do not use cuDNN).
+DDP_DECLARE_KERNEL(attention_cache_stats, PlanCacheStats, ())
 
 // ---- multi-tensor steps (src/optim/foreach.cpp; Note [Foreach numerics]) ----------
 // Lists as checked and staged by the frontend: contiguous, entry k of every

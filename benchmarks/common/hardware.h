@@ -14,9 +14,10 @@
 //
 // Sparse figures (2×) are never used. With --amp bf16 or f16 the peak is the
 // tensor-core one. With --amp off it is the plain f32 one: libddp's f32
-// matmuls and convolutions run without TF32 (CUBLAS_COMPUTE_32F, cuDNN
-// FMA math; docs/nn.md), so the TF32 peak would understate the use of what
-// they can reach. To compare with the bf16 peak anyway, pass --peak-tflops.
+// matmuls run without TF32 (CUBLAS_COMPUTE_32F; docs/nn.md). Its f32
+// convolutions may use TF32 (on by default, DDP_CUDNN_ALLOW_TF32=0 turns it
+// off; Note [cuDNN TF32]), so a convolutional model's --amp off MFU can
+// exceed what plain f32 reaches: pass --peak-tflops for the TF32 peak.
 // An unknown GPU, and the CPU, have no entry: MFU is "n/a" unless
 // --peak-tflops gives the peak.
 

@@ -21,8 +21,11 @@
 // dtype (Note [Compute type]); the head size D is a template parameter (16,
 // 32, 64 or 128) so the per-thread rows live in registers. This is the simple
 // form of the algorithm (no tensor cores): it saves memory, not yet time.
+// It is the f32 path and the reference for cuDNN's fused attention, which
+// serves f16/bf16 (Note [Attention paths on CUDA] in
+// src/nn/functional/attention_cuda.cpp registers both).
 
-#include "kernel_list.h"
+#include "cuda/flash_attention.h"
 #include "cuda/common.cuh"
 
 namespace ddp::cuda_kernels {
@@ -240,12 +243,12 @@ dim3 grid_for(int rows, int64_t bh) {
 
 }  // namespace
 
-static bool flash_attention_supports(DType dtype, int64_t head) {
+bool flash_attention_supports(DType dtype, int64_t head) {
   return (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16) &&
          (head == 16 || head == 32 || head == 64 || head == 128);
 }
 
-static void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& lse, float scale, bool causal, cuda::Stream stream) {
   const int bh = int(q.size(0)), T_ = int(q.size(1)), S = int(k.size(1)), D = int(q.size(2));
   if (bh == 0 || T_ == 0) return;
@@ -257,7 +260,7 @@ static void flash_attention_forward(const Tensor& q, const Tensor& k, const Tens
   });
 }
 
-static void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                               const Tensor& dout, const Tensor& lse, const Tensor& delta,
                               const Tensor& dq, const Tensor& dk, const Tensor& dv, float scale,
                               bool causal, cuda::Stream stream) {
@@ -279,22 +282,5 @@ static void flash_attention_backward(const Tensor& q, const Tensor& k, const Ten
     DDP_CUDA_CHECK_LAUNCH("flash_dq_kernel");
   });
 }
-
-DDP_REGISTER_KERNEL(attention_supports, CUDA, flash_attention_supports)
-DDP_REGISTER_KERNEL(attention_forward, CUDA,
-                    [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                       const Tensor& lse, float scale, bool causal) {
-                      OnDevice on(q);
-                      flash_attention_forward(q, k, v, out, lse, scale, causal, on.stream);
-                    })
-DDP_REGISTER_KERNEL(attention_backward, CUDA,
-                    [](const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
-                       const Tensor& dout, const Tensor& lse, const Tensor& delta,
-                       const Tensor& dq, const Tensor& dk, const Tensor& dv, float scale,
-                       bool causal) {
-                      OnDevice on(q);
-                      flash_attention_backward(q, k, v, out, dout, lse, delta, dq, dk, dv, scale,
-                                               causal, on.stream);
-                    })
 
 }  // namespace ddp::cuda_kernels

@@ -44,6 +44,13 @@ Tensor Conv2d::forward(const Tensor& x) {
   return functional::conv2d(x, weight, bias, params_, describe());
 }
 
+Tensor Conv2d::forward_relu(const Tensor& x) {
+  DDP_CHECK_T(ShapeError, x.defined() && x.dim() == 4 && x.size(1) == in_channels_,
+              "{}: expected an input [N, {}, H, W], got {}", describe(), in_channels_,
+              x.defined() ? x.describe() : "an undefined tensor");
+  return functional::conv2d_bias_relu(x, weight, bias, params_, describe());
+}
+
 std::string Conv2d::extra_repr() const {
   std::string s = fmt::format("{}, {}, kernel_size={}, stride={}", in_channels_, out_channels_,
                               kernel_size_.str(), params_.stride.str());

@@ -53,9 +53,16 @@ std::vector<int64_t> strides_of(const Tensor& t);
 
 // validate + build_operation_graph + plans from heuristics A with FALLBACK +
 // check_support + build_plans on the calling thread's handle. Returns the
-// frontend's message when no engine supports the graph; raises CudnnError
-// on anything else.
+// frontend's message when no engine supports the graph (or validation finds
+// it outside the operation's support surface: GRAPH_NOT_SUPPORTED); raises
+// CudnnError on anything else.
 std::optional<std::string> build(fe::graph::Graph& graph, const char* op);
+// The same, with `filter` run on the graph between the heuristics and the
+// support check, to narrow the candidate engines (deselect_numeric_notes:
+// TF32 tensor cores, non-deterministic engines; see Note [cuDNN TF32]).
+// Filtering every candidate away reads as "not supported".
+std::optional<std::string> build(fe::graph::Graph& graph, const char* op,
+                                 const std::function<void(fe::graph::Graph&)>& filter);
 
 // Runs a built graph on the current stream with the tensors bound by uid,
 // with a workspace from the caching allocator.

@@ -45,11 +45,22 @@ void key_add(std::string& key, const Tensor& t) {
 }
 
 std::optional<std::string> build(fe::graph::Graph& graph, const char* op) {
+  return build(graph, op, {});
+}
+
+std::optional<std::string> build(fe::graph::Graph& graph, const char* op,
+                                 const std::function<void(fe::graph::Graph&)>& filter) {
   cudnnHandle_t h = cudnn_util::handle();
-  check(graph.validate(), op, "graph validation");
+  // Validation checks the operation's support surface (head sizes, GPU
+  // generation, cuDNN version for SDPA): "not supported" there is an answer too.
+  if (fe::error_t st = graph.validate(); st.is_bad()) {
+    if (st.get_code() == fe::error_code_t::GRAPH_NOT_SUPPORTED) return st.get_message();
+    check(st, op, "graph validation");
+  }
   check(graph.build_operation_graph(h), op, "building the operation graph");
   check(graph.create_execution_plans({fe::HeurMode_t::A, fe::HeurMode_t::FALLBACK}), op,
         "creating execution plans");
+  if (filter) filter(graph);
   // No supported engine is an answer, not a failure: the caller falls back.
   if (fe::error_t st = graph.check_support(h); st.is_bad()) return st.get_message();
   if (fe::error_t st = graph.build_plans(h, fe::BuildPlanPolicy_t::HEURISTICS_CHOICE); st.is_bad())

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "ddp/autograd/grad_mode.h"
+#include "ddp/nn/functional/conv.h"
 
 namespace ddp::nn {
 
@@ -36,6 +37,27 @@ void convert_in_place(const Tensor& t, Device device, std::optional<DType> dtype
   impl->strides = data.strides();
   impl->offset = data.offset();
   impl->dtype = data.dtype();
+  if (grad.defined()) Tensor(t).set_grad(grad);
+}
+
+// The same swap for a layout change (Module::to(MemoryFormat)).
+void relayout_in_place(const Tensor& t, MemoryFormat format) {
+  if (t.dim() != 4 || !is_floating(t.dtype())) return;
+  auto relaid = [format](const Tensor& x) {
+    return format == MemoryFormat::channels_last ? functional::to_channels_last(x)
+                                                 : x.contiguous();
+  };
+  Tensor data, grad = t.grad();
+  {
+    NoGradGuard no_grad;
+    data = relaid(t.detach());
+    if (grad.defined() && grad.dim() == 4) grad = relaid(grad.detach());
+  }
+  if (data.storage().is_same(t.storage()) && !grad.defined()) return;  // already in format
+  TensorImpl* impl = t.impl();
+  impl->storage = data.storage();
+  impl->strides = data.strides();
+  impl->offset = data.offset();
   if (grad.defined()) Tensor(t).set_grad(grad);
 }
 
@@ -261,6 +283,12 @@ Module& Module::to(DType dtype) {
 }
 Module& Module::to(Device device, DType dtype) {
   convert(device, dtype);
+  return *this;
+}
+
+Module& Module::to(MemoryFormat format) {
+  for (const auto& [n, t] : collect({.params = true, .buffers = true}))
+    relayout_in_place(t, format);
   return *this;
 }
 

@@ -14,6 +14,7 @@
 #include "cuda/on_device.h"
 #include "ddp/tensor/backend.h"
 #include "tensor/caching_allocator.h"
+#include "tensor/device_error.h"
 #include "tensor/device_guard.h"
 #include "tensor/pinned_allocator.h"
 
@@ -73,6 +74,7 @@ class CudaBackend final : public Backend {
       DDP_CUDA_CHECK(
           cudaMemcpyAsync(dst.data_ptr(), host, nbytes, cudaMemcpyHostToDevice, native(on.stream)));
       DDP_CUDA_CHECK(cudaStreamSynchronize(native(on.stream)));
+      detail::raise_deferred_device_error(dst.device().index);  // Note [Deferred device errors]
       return;
     }
     if (is_pinned(host)) {
@@ -96,6 +98,7 @@ class CudaBackend final : public Backend {
         cudaMemcpyAsync(host, src.data_ptr(), nbytes, cudaMemcpyDeviceToHost, native(on.stream)));
     if (!non_blocking) {
       DDP_CUDA_CHECK(cudaStreamSynchronize(native(on.stream)));
+      detail::raise_deferred_device_error(src.device().index);  // Note [Deferred device errors]
     } else if (is_pinned(host)) {
       defer_pinned_reuse(host, on.stream);
     }
@@ -160,6 +163,7 @@ class CudaBackend final : public Backend {
   void synchronize(int device_index) override {
     CudaDeviceGuard guard(device_index);
     DDP_CUDA_CHECK(cudaDeviceSynchronize());
+    detail::raise_deferred_device_error(device_index);  // Note [Deferred device errors]
   }
 };
 

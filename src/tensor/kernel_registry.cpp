@@ -51,6 +51,8 @@ void after_kernel(const char* op, const Device& device) {
   if (device.type != DeviceType::CUDA || !ddp::detail::cuda_debug_sync()) return;
   try {
     cuda::synchronize(device.index);
+  } catch (const IndexError&) {
+    throw;  // a deferred index error (Note [Deferred device errors]) names its op already
   } catch (const Error& e) {
     DDP_THROW(CudaError, "{} on {} failed (found by DDP_CUDA_DEBUG_SYNC=1): {}", op, device.str(),
               e.what());

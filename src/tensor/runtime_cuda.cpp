@@ -17,6 +17,7 @@
 #include "ddp/core/logging.h"
 #include "tensor/caching_allocator.h"
 #include "tensor/cuda_event_pool.h"
+#include "tensor/device_error.h"
 #include "tensor/device_guard.h"
 
 namespace ddp {
@@ -158,6 +159,7 @@ void synchronize(int device) {
   device = resolve_device(device, "synchronize");
   CudaDeviceGuard guard(device);
   DDP_CUDA_CHECK(cudaDeviceSynchronize());
+  detail::raise_deferred_device_error(device);  // Note [Deferred device errors]
 }
 
 std::string device_name(int index) {
@@ -198,6 +200,7 @@ void Stream::synchronize() const {
   check_index(device_, "Stream::synchronize");
   CudaDeviceGuard guard(device_);  // handle nullptr names the current device's default stream
   DDP_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)));
+  detail::raise_deferred_device_error(device_);  // Note [Deferred device errors]
 }
 
 Stream current_stream(int device) {
@@ -292,6 +295,7 @@ bool Event::query() const {
 void Event::synchronize() const {
   if (!handle_) return;
   DDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(handle_)));
+  detail::raise_deferred_device_error(device_);  // Note [Deferred device errors]
 }
 
 float Event::elapsed_ms(const Event& end) const {

@@ -1,14 +1,23 @@
-// The fused CUDA attention (Note [Flash attention kernels]) against the
-// reference path on the same GPU, forward and backward; skipped without a GPU.
+// The fused CUDA attention against the reference path, forward and backward;
+// skipped without a GPU. f16/bf16 take cuDNN's fused attention where the
+// build and the GPU have it, f32 the hand kernel (Note [Attention paths on
+// CUDA] in src/nn/functional/attention_cuda.cpp); the cuDNN tests below pit
+// the two against each other and against the CPU, and check that the
+// log-sum-exp each forward saves is the same quantity.
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <string>
 
+#include "ddp/config.h"
 #include "ddp/nn/functional/attention.h"
 #include "ddp/tensor/cuda.h"
 #include "ddp/tensor/ops.h"
+#include "kernel_list.h"
 #include "nn/scaled_error.h"
 
 using namespace ddp;
@@ -64,6 +73,260 @@ TEST(AttentionGpu, FusedMatchesReference) {
 TEST(AttentionGpu, UnsupportedHeadSizeFallsBackToReference) {
   if (!cuda::is_available()) GTEST_SKIP() << "no GPU: " << cuda::unavailable_reason();
   run_case({1, 1, 9, 9, 24, true, DType::f32, 1e-6});  // D=24: the reference path on both sides
+}
+
+
+// ---- cuDNN's fused attention ------------------------------------------------------
+
+#define SKIP_WITHOUT_GPU() \
+  if (!cuda::is_available()) GTEST_SKIP() << "no GPU: " << cuda::unavailable_reason()
+
+// Sets DDP_CUDNN_ATTENTION for its lifetime (read on every call: Note
+// [Attention paths on CUDA]) and restores what was there.
+class CudnnAttentionSetting {
+ public:
+  explicit CudnnAttentionSetting(bool on) {
+    if (const char* old = std::getenv(kVar)) old_ = old;
+    ::setenv(kVar, on ? "1" : "0", 1);
+  }
+  ~CudnnAttentionSetting() {
+    if (old_) ::setenv(kVar, old_->c_str(), 1);
+    else ::unsetenv(kVar);
+  }
+
+ private:
+  static constexpr const char* kVar = "DDP_CUDNN_ATTENTION";
+  std::optional<std::string> old_;
+};
+
+// Whether f16 attention with head size 40 (a multiple of 8 the hand kernel
+// does not take) is fused on GPU 0: exactly when libddp has cuDNN's path and
+// the GPU is new enough for it.
+bool cudnn_attention_here() {
+  return kernels::call<kernels::attention_supports>(Device::cuda(0), Device::cuda(0), DType::f16,
+                                                    int64_t(40));
+}
+
+struct Grads {
+  Tensor out, dq, dk, dv;
+};
+
+// One forward and backward of the public op on copies of q, k, v in `dtype`
+// on `dev`, with dout as the output's gradient.
+Grads run_attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout,
+                    DType dtype, Device dev, bool causal, bool reference = false) {
+  auto leaf = [&](const Tensor& t) { return t.to(dtype).to(dev).detach().set_requires_grad(); };
+  Tensor ql = leaf(q), kl = leaf(k), vl = leaf(v);
+  Tensor y = reference ? F::scaled_dot_product_attention_reference(ql, kl, vl, causal)
+                       : F::scaled_dot_product_attention(ql, kl, vl, causal);
+  y.backward(dout.to(dtype).to(dev));
+  return {y, ql.grad(), kl.grad(), vl.grad()};
+}
+
+void expect_close(const Grads& got, const Grads& want, double tol, const std::string& what) {
+  EXPECT_LE(scaled_error(got.out, want.out), tol) << what << " out";
+  EXPECT_LE(scaled_error(got.dq, want.dq), tol) << what << " dq";
+  EXPECT_LE(scaled_error(got.dk, want.dk), tol) << what << " dk";
+  EXPECT_LE(scaled_error(got.dv, want.dv), tol) << what << " dv";
+}
+
+// GPT-2 small's attention (12 heads of 64, T = 256), causal and full, in
+// f16 and bf16: cuDNN, the hand kernel (DDP_CUDNN_ATTENTION=0) and the CPU's
+// reference path in f32 on the same rounded inputs agree pairwise, and the
+// cuDNN run builds (then reuses) its graphs while the hand kernel's builds
+// none.
+TEST(AttentionCudnn, MatchesHandKernelAndCpuAtGpt2Size) {
+  SKIP_WITHOUT_GPU();
+  const bool cudnn = cudnn_attention_here();
+  if (DDP_HAVE_CUDNN && !cudnn) GTEST_SKIP() << "cuDNN attention needs compute capability 8.0+";
+  Generator gen(7);
+  const int64_t B = 2, H = 12, T = 256, D = 64;
+  auto draw = [&] { return randn({B, H, T, D}, {}, &gen); };
+  Tensor q = draw(), k = draw(), v = draw(), dout = draw();
+  for (DType dt : {DType::f16, DType::bf16})
+    for (bool causal : {true, false}) {
+      const std::string what = std::string(dtype_name(dt)) + (causal ? " causal" : " full");
+      // Both GPU paths see the same rounded values; the CPU computes on them in f32.
+      Tensor qr = q.to(dt).to(DType::f32), kr = k.to(dt).to(DType::f32),
+             vr = v.to(dt).to(DType::f32), dr = dout.to(dt).to(DType::f32);
+      const Grads cpu = run_attention(qr, kr, vr, dr, DType::f32, Device::cpu(), causal, true);
+      const F::AttentionCacheStats before = F::attention_cache_stats(DeviceType::CUDA);
+      const Grads fused = run_attention(qr, kr, vr, dr, dt, Device::cuda(0), causal);
+      const F::AttentionCacheStats after = F::attention_cache_stats(DeviceType::CUDA);
+      Grads hand;
+      {
+        CudnnAttentionSetting off(false);
+        hand = run_attention(qr, kr, vr, dr, dt, Device::cuda(0), causal);
+      }
+      const F::AttentionCacheStats after_hand = F::attention_cache_stats(DeviceType::CUDA);
+      if (cudnn) {
+        // A forward and a backward graph: built now, or found from an earlier case.
+        EXPECT_EQ(after.hits + after.misses - before.hits - before.misses, 2) << what;
+        EXPECT_GE(after.entries, 2) << what;
+      } else {
+        EXPECT_EQ(after.entries, 0) << what << ": graphs built in a build without cuDNN";
+      }
+      EXPECT_EQ(after_hand.hits + after_hand.misses, after.hits + after.misses)
+          << what << ": DDP_CUDNN_ATTENTION=0 still used cuDNN";
+      // Scaled bounds as attention_large_gpu_test.cpp's: both fused paths keep
+      // scores in f32, but cuDNN's tensor-core GEMMs take P and dS rounded to
+      // the dtype (bf16: 8 mantissa bits), and dk, dv sum 256 such terms. A
+      // wrong mask, scale or layout is off by O(1).
+      const double tol = dt == DType::f16 ? 1e-2 : 4e-2;
+      expect_close(fused, cpu, tol, what + " cuDNN vs CPU");
+      expect_close(hand, cpu, tol, what + " hand kernel vs CPU");
+      expect_close(fused, hand, tol, what + " cuDNN vs hand kernel");
+    }
+  // The same case again reuses its graph.
+  const F::AttentionCacheStats before = F::attention_cache_stats(DeviceType::CUDA);
+  run_attention(q, k, v, dout, DType::bf16, Device::cuda(0), true);
+  const F::AttentionCacheStats after = F::attention_cache_stats(DeviceType::CUDA);
+  if (cudnn) {
+    EXPECT_EQ(after.hits - before.hits, 2);
+    EXPECT_EQ(after.misses, before.misses);
+    EXPECT_EQ(after.entries, before.entries);
+  }
+}
+
+// The f32 [B, H, T] log-sum-exp each fused forward writes, through the
+// kernel registry (cuDNN's stats with DDP_CUDNN_ATTENTION on, the hand
+// kernel's off), against log Σ_j exp(q_i·k_j·scale) over the visible keys in
+// f64 on the host: both must be this natural-log quantity for a forward of one
+// path to pair with a backward of the other.
+TEST(AttentionCudnn, SavedLogSumExpIsNaturalLogOfScaledScores) {
+  SKIP_WITHOUT_GPU();
+  Generator gen(11);
+  const int64_t B = 1, H = 2, T = 70, D = 64;
+  const float scale = 0.125f;
+  const Device dev = Device::cuda(0);
+  Tensor q = randn({B, H, T, D}, {}, &gen).to(DType::f16);
+  Tensor k = randn({B, H, T, D}, {}, &gen).to(DType::f16);
+  Tensor v = randn({B, H, T, D}, {}, &gen).to(DType::f16);
+  const auto qh = q.to(DType::f64).to_vector<double>(), kh = k.to(DType::f64).to_vector<double>();
+  for (bool causal : {true, false})
+    for (bool cudnn : {true, false}) {
+      CudnnAttentionSetting setting(cudnn);
+      Tensor out = Tensor::empty(q.shape(), TensorOptions(DType::f16).device(dev));
+      Tensor lse = Tensor::empty({B, H, T}, TensorOptions(DType::f32).device(dev));
+      kernels::call<kernels::attention_forward>(dev, q.to(dev), k.to(dev), v.to(dev), out, lse,
+                                                scale, causal);
+      const auto got = lse.cpu().to(DType::f64).to_vector<double>();
+      double worst = 0;
+      for (int64_t bh = 0; bh < B * H; ++bh)
+        for (int64_t i = 0; i < T; ++i) {
+          const int64_t keys = causal ? i + 1 : T;
+          double m = -INFINITY;
+          std::vector<double> s(size_t(keys), 0.0);
+          for (int64_t j = 0; j < keys; ++j) {
+            for (int64_t d = 0; d < D; ++d)
+              s[size_t(j)] += qh[size_t((bh * T + i) * D + d)] * kh[size_t((bh * T + j) * D + d)];
+            s[size_t(j)] *= scale;
+            m = std::max(m, s[size_t(j)]);
+          }
+          double sum = 0;
+          for (double x : s) sum += std::exp(x - m);
+          worst = std::max(worst, std::abs(got[size_t(bh * T + i)] - (m + std::log(sum))));
+        }
+      EXPECT_LE(worst, 1e-3) << (cudnn ? "cuDNN" : "hand kernel")
+                             << (causal ? " causal" : " full") << " lse";
+    }
+}
+
+// Head sizes: 40 (a multiple of 8 only cuDNN takes) is fused exactly when
+// cuDNN attention is here, else it takes the reference path; 33 (odd) and f32
+// at 40 never reach cuDNN. Each matches the CPU.
+TEST(AttentionCudnn, HeadSizesCudnnRefusesFallBack) {
+  SKIP_WITHOUT_GPU();
+  const bool cudnn = cudnn_attention_here();
+  Generator gen(5);
+  struct HeadCase {
+    int64_t D;
+    DType dtype;
+    bool builds;  // whether the call may build or use a cuDNN graph
+    double tol;
+  };
+  for (const HeadCase& c : {HeadCase{40, DType::f16, cudnn, 1e-2},
+                            HeadCase{40, DType::bf16, cudnn, 4e-2},
+                            HeadCase{33, DType::f16, false, 5e-3},
+                            HeadCase{40, DType::f32, false, 1e-5}}) {
+    const std::string what = std::string(dtype_name(c.dtype)) + " D=" + std::to_string(c.D);
+    auto draw = [&] { return randn({1, 3, 45, c.D}, {}, &gen).to(c.dtype).to(DType::f32); };
+    Tensor q = draw(), k = draw(), v = draw(), dout = draw();
+    const Grads cpu = run_attention(q, k, v, dout, DType::f32, Device::cpu(), true, true);
+    const F::AttentionCacheStats before = F::attention_cache_stats(DeviceType::CUDA);
+    const Grads gpu = run_attention(q, k, v, dout, c.dtype, Device::cuda(0), true);
+    const F::AttentionCacheStats after = F::attention_cache_stats(DeviceType::CUDA);
+    EXPECT_EQ(after.hits + after.misses - before.hits - before.misses, c.builds ? 2 : 0) << what;
+    expect_close(gpu, cpu, c.tol, what);
+  }
+  // Without cuDNN nothing takes f16 at D = 40: the hand kernel does not.
+  if (!DDP_HAVE_CUDNN) EXPECT_FALSE(cudnn);
+  EXPECT_FALSE(kernels::call<kernels::attention_supports>(Device::cuda(0), Device::cuda(0),
+                                                          DType::f16, int64_t(33)));
+  EXPECT_FALSE(kernels::call<kernels::attention_supports>(Device::cuda(0), Device::cuda(0),
+                                                          DType::f64, int64_t(64)));
+}
+
+// Runs call and expects an E naming the op and containing phrase.
+template <class E, class Call>
+void expect_refused(Call&& call, const std::string& what, const char* phrase) {
+  try {
+    call();
+    ADD_FAILURE() << what << ": not refused";
+  } catch (const E& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("scaled_dot_product_attention: "), std::string::npos) << what << ": " << msg;
+    EXPECT_NE(msg.find(phrase), std::string::npos) << what << ": " << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << what << ": the wrong error: " << e.what();
+  }
+}
+
+// Bad inputs on the GPU, in the dtypes cuDNN serves, are refused by the op
+// (naming it) before any kernel runs.
+TEST(AttentionCudnn, RefusesBadInputsNamingTheOp) {
+  SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  auto t = [&](int64_t len, int64_t d, DType dt, Device dev) {
+    return Tensor::zeros({2, 12, len, d}, TensorOptions(dt).device(dev));
+  };
+  using F::scaled_dot_product_attention;
+  expect_refused<DTypeError>(
+      [&] {
+        scaled_dot_product_attention(t(8, 64, DType::f16, gpu), t(8, 64, DType::bf16, gpu),
+                                     t(8, 64, DType::bf16, gpu), true);
+      },
+      "f16 q, bf16 k and v", "inputs must share one floating dtype");
+  expect_refused<DTypeError>(
+      [&] {
+        Tensor x = t(8, 64, DType::i64, gpu);
+        scaled_dot_product_attention(x, x, x, true);
+      },
+      "i64 inputs", "inputs must share one floating dtype");
+  expect_refused<ShapeError>(
+      [&] {
+        scaled_dot_product_attention(t(8, 64, DType::bf16, gpu), t(8, 32, DType::bf16, gpu),
+                                     t(8, 32, DType::bf16, gpu));
+      },
+      "head sizes 64 and 32", "must agree in batch, heads and head size");
+  expect_refused<ShapeError>(
+      [&] {
+        scaled_dot_product_attention(t(8, 64, DType::f16, gpu), t(6, 64, DType::f16, gpu),
+                                     t(6, 64, DType::f16, gpu), true);
+      },
+      "causal, 8 queries and 6 keys", "a causal mask needs as many keys as queries");
+  expect_refused<ShapeError>(
+      [&] {
+        Tensor x = Tensor::zeros({2, 8, 64}, TensorOptions(DType::f16).device(gpu));
+        scaled_dot_product_attention(x, x, x, true);
+      },
+      "3-D inputs", "inputs must be [B, H, T, D]");
+  expect_refused<DeviceError>(
+      [&] {
+        scaled_dot_product_attention(t(8, 64, DType::f16, gpu), t(8, 64, DType::f16, Device::cpu()),
+                                     t(8, 64, DType::f16, gpu));
+      },
+      "k on the CPU", "inputs on different devices");
 }
 
 }  // namespace

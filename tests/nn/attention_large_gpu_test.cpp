@@ -6,7 +6,10 @@
 //     z dimensions, so a kernel that puts B·H there would fail to launch or
 //     skip rows.
 // Each against the reference path (Note [Attention reference path]) in f32
-// on the same GPU, forward and backward.
+// on the same GPU, forward and backward. f16/bf16 run cuDNN's fused attention
+// where the build and the GPU have it (Note [Attention paths on CUDA]), so
+// the many-rows cases check its grid too; the f32 case keeps the hand
+// kernel's.
 //
 // Tolerances on max|error| / max(1, max|reference|): f32 1e-4 (summation
 // order over 1,024+ keys, expf); f16 1e-2 and bf16 4e-2, a little above

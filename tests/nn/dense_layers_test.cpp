@@ -186,9 +186,9 @@ TEST(DenseLayersErrors, BadArguments) {
 TEST(DenseLayersErrors, BadEmbeddingIndices) {
   nn::Embedding emb(5, 2);
   EXPECT_DDP_ERROR(emb(Tensor::from_vector<int64_t>({0, 5}, {2})), IndexError,
-                   "embedding: index out of range: values span [0, 5] but num_embeddings is 5");
+                   "embedding: index 5 at position 1 is out of range [0, 5)");
   EXPECT_DDP_ERROR(emb(Tensor::from_vector<int64_t>({-1}, {1})), IndexError,
-                   "values span [-1, -1]");
+                   "embedding: index -1 at position 0 is out of range [0, 5)");
   EXPECT_EQ(emb(Tensor::from_vector<int32_t>({4, 0}, {2})).shape(), (Shape{2, 2}));
 }
 
@@ -196,10 +196,10 @@ TEST(DenseLayersErrors, BadCrossEntropyTargets) {
   nn::CrossEntropyLoss loss;
   Tensor logits = Tensor::zeros({3, 4});
   EXPECT_DDP_ERROR(loss(logits, Tensor::from_vector<int64_t>({0, 4, 1}, {3})), IndexError,
-                   "cross_entropy: target values must be in [0, 4) or ignore_index (-100); got "
-                   "values in [0, 4]");
+                   "cross_entropy: target 4 at position 1 is out of range [0, 4) and is not "
+                   "ignore_index (-100)");
   EXPECT_DDP_ERROR(loss(logits, Tensor::from_vector<int64_t>({0, -1, 1}, {3})), IndexError,
-                   "got values in [-1, 1]");
+                   "cross_entropy: target -1 at position 1 is out of range [0, 4)");
   EXPECT_DDP_ERROR(loss(logits, Tensor::from_vector<int32_t>({0, 1, 1}, {3})), DTypeError,
                    "cross_entropy: target must hold class indices as i64, got i32[3]");
   EXPECT_DDP_ERROR(loss(logits, Tensor::zeros({3})), DTypeError, "got f32[3]");

@@ -31,7 +31,8 @@ const std::set<std::string> kCpuKernels = {
     "max_pool2d_backward_nhwc", "layer_norm_forward",
     "layer_norm_backward",    "foreach_sgd_step",        "foreach_adamw_step",
     "foreach_pow_sum",        "foreach_mul",             "foreach_unscale",
-    "amp_update_scale"};
+    "amp_update_scale",       "embedding_forward",       "embedding_backward",
+    "cross_entropy_forward",  "cross_entropy_backward"};
 
 TEST(KernelRegistry, TheCpuHasEveryCpuKernel) {
   EXPECT_EQ(registered_for(DeviceType::CPU), kCpuKernels);
@@ -49,12 +50,16 @@ TEST(KernelRegistry, CudaRegistrationsFollowTheBuild) {
                                     "max_pool2d_forward",  "max_pool2d_backward",
                                     "layer_norm_forward",  "layer_norm_backward",
                                     "attention_supports",  "attention_forward",
-                                    "attention_backward",  "foreach_sgd_step",
+                                    "attention_backward",  "attention_cache_stats",
+                                    "foreach_sgd_step",
                                     "foreach_adamw_step",  "foreach_pow_sum",
                                     "foreach_mul",         "linear_forward",
                                     "foreach_unscale",     "amp_update_scale",
                                     "linear_gelu_forward", "linear_backward_weight",
-                                    "linear_cache_stats"};
+                                    "linear_cache_stats",
+                                    "max_pool2d_forward_nhwc", "max_pool2d_backward_nhwc",
+                                    "embedding_forward",   "embedding_backward",
+                                    "cross_entropy_forward", "cross_entropy_backward"};
 #if DDP_HAVE_CUDNN
   for (const char* op : {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weight",
                          "conv2d_cache_stats", "batch_norm_train_forward",

@@ -36,7 +36,8 @@ std::vector<std::string> exposed_ops() {
            "conv2d", "to_channels_last", "batch_norm_train", "batch_norm_running_stats", "batch_norm_eval", "max_pool2d",
            "adaptive_avg_pool2d", "layer_norm", "linear", "linear_gelu", "functional_gelu", "dropout",
            "embedding", "cross_entropy", "mse_loss", "scaled_dot_product_attention",
-           "scaled_dot_product_attention_causal",
+           "scaled_dot_product_attention_causal", "scaled_dot_product_attention_half",
+           "conv2d_bias_relu",
            // optim (ddp/optim/*.h) and amp (ddp/amp/grad_scaler.h)
            "sgd_step", "adamw_step", "clip_grad_norm", "clip_grad_value", "grad_scaler_unscale"})
     names.push_back(name);

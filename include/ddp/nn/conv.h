@@ -21,6 +21,10 @@ class Conv2d : public UnaryModule {
 
   // x: [N, in_channels, H, W]; ShapeError naming this module otherwise.
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)) through functional::conv2d_bias_relu: one fused cuDNN
+  // kernel on CUDA when no gradient is needed (inference under
+  // NoGradGuard); composed and differentiable otherwise.
+  Tensor forward_relu(const Tensor& x);
   std::string extra_repr() const override;
 
   int64_t in_channels() const { return in_channels_; }

@@ -15,4 +15,5 @@
 // Convolution-family layers.
 #include "ddp/nn/batch_norm.h"
 #include "ddp/nn/conv.h"
+#include "ddp/nn/cudnn.h"
 #include "ddp/nn/pooling.h"

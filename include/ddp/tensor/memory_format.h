@@ -6,6 +6,11 @@
 #include "ddp/tensor/tensor.h"
 
 namespace ddp {
+
+// The layout Module::to(MemoryFormat) gives a model's 4-D parameters and
+// buffers: contiguous (NCHW, [O, I, KH, KW]) or channels_last (NHWC
+// strides, like torch.channels_last). See Note [Channels-last tensors].
+enum class MemoryFormat { contiguous, channels_last };
 // Note [Memory-format propagation]
 // A new tensor made from existing ones (an elementwise result, a cast, a
 // clone, a gradient) keeps the memory order of its dense input, as torch's

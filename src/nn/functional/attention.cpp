@@ -62,49 +62,50 @@ double resolve_scale(const Tensor& q, std::optional<double> scale) {
 }
 
 // Whether q's device has a fused attention kernel for this case (CUDA:
-// f32/f16/bf16 and a head size of 16, 32, 64 or 128).
+// Note [Attention paths on CUDA] in attention_cuda.cpp).
 bool fused_supports(const Tensor& q, const Tensor& k) {
   const DeviceType d = q.device().type;
   return kernels::has_kernel<kernels::attention_supports>(d) && q.size(3) == k.size(3) &&
          q.size(2) > 0 && k.size(2) > 0 &&
-         kernels::call<kernels::attention_supports>(q.device(), q.dtype(), q.size(3));
+         kernels::call<kernels::attention_supports>(q.device(), q.device(), q.dtype(), q.size(3));
 }
 
 TensorOptions on(const Tensor& like, DType dtype) {
   return TensorOptions(dtype).device(like.device());
 }
 
-// The fused kernel with its backward (Note [Flash attention kernels]). The
-// forward saves q, k, v, the output and the rows' log-sum-exp (f32,
-// [B·H, T]) — O(T) extra memory instead of the O(T·S) probabilities.
+// The fused kernels with their backward. The forward saves q, k, v, the
+// output and the rows' log-sum-exp (f32, [B, H, T]) — O(T) extra memory
+// instead of the O(T·S) probabilities. contiguous() is free for inputs that
+// already are.
 Tensor fused_path(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
                   double scale) {
-  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2);
-  // [B·H, rows, D] contiguous views of detached inputs (Note [Recording backward]).
-  Tensor q3 = q.detach().contiguous().view({B * H, T, D});
-  Tensor k3 = k.detach().contiguous().view({B * H, S, D});
-  Tensor v3 = v.detach().contiguous().view({B * H, S, D});
-  Tensor out = Tensor::empty({B * H, T, D}, on(q, q.dtype()));
-  Tensor lse = Tensor::empty({B * H, T}, on(q, DType::f32));
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2);
+  // Contiguous [B, H, rows, D] detached inputs (Note [Recording backward]).
+  Tensor qc = q.detach().contiguous();
+  Tensor kc = k.detach().contiguous();
+  Tensor vc = v.detach().contiguous();
+  Tensor out = Tensor::empty(q.shape(), on(q, q.dtype()));
+  Tensor lse = Tensor::empty({B, H, T}, on(q, DType::f32));
   const float s = float(scale);
-  kernels::call<kernels::attention_forward>(q.device(), q3, k3, v3, out, lse, s, is_causal);
-  Tensor result = out.view({B, H, T, D});
+  kernels::call<kernels::attention_forward>(q.device(), qc, kc, vc, out, lse, s, is_causal);
   if (autograd::needs_grad({q, k, v})) {
-    autograd::record("scaled_dot_product_attention", {q, k, v}, {result},
-                     [q3, k3, v3, out, lse, s, is_causal, B, H, T, S, D](const Tensors& g) {
-                       Tensor dout = g[0].to(q3.dtype()).contiguous().view({B * H, T, D});
-                       Tensor delta = Tensor::empty({B * H, T}, on(q3, DType::f32));
-                       Tensor dq = Tensor::empty(q3.shape(), on(q3, q3.dtype()));
-                       Tensor dk = Tensor::empty(k3.shape(), on(q3, q3.dtype()));
-                       Tensor dv = Tensor::empty(v3.shape(), on(q3, q3.dtype()));
-                       kernels::call<kernels::attention_backward>(q3.device(), q3, k3, v3, out,
+    // The lambda holds a detached alias of the output, never the output
+    // itself (Note [Recording backward]).
+    autograd::record("scaled_dot_product_attention", {q, k, v}, {out},
+                     [qc, kc, vc, saved = out.detach(), lse, s, is_causal](const Tensors& g) {
+                       Tensor dout = g[0].to(qc.dtype()).contiguous();
+                       Tensor delta = Tensor::empty(lse.shape(), on(qc, DType::f32));
+                       Tensor dq = Tensor::empty(qc.shape(), on(qc, qc.dtype()));
+                       Tensor dk = Tensor::empty(kc.shape(), on(qc, qc.dtype()));
+                       Tensor dv = Tensor::empty(vc.shape(), on(qc, qc.dtype()));
+                       kernels::call<kernels::attention_backward>(qc.device(), qc, kc, vc, saved,
                                                                   dout, lse, delta, dq, dk, dv, s,
                                                                   is_causal);
-                       return Tensors{dq.view({B, H, T, D}), dk.view({B, H, S, D}),
-                                      dv.view({B, H, S, D})};
+                       return Tensors{dq, dk, dv};
                      });
   }
-  return result;
+  return out;
 }
 
 }  // namespace
@@ -131,6 +132,12 @@ Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, 
         });
   check_inputs(q, k, v, is_causal);
   return reference_path(q, k, v, is_causal, resolve_scale(q, scale));
+}
+
+AttentionCacheStats attention_cache_stats(DeviceType device) {
+  if (!kernels::has_kernel<kernels::attention_cache_stats>(device)) return {};
+  const kernels::PlanCacheStats s = kernels::find_kernel<kernels::attention_cache_stats>(device)();
+  return {s.entries, s.hits, s.misses};
 }
 
 }  // namespace ddp::nn::functional

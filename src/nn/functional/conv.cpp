@@ -125,6 +125,16 @@ Tensor to_nchw_cpu(const Tensor& t) {
   return out;
 }
 
+// The weight as the kernels take it (kernels/kernel_list.h): contiguous on
+// the CPU (oneDNN reads OIHW); on CUDA in its own dense layout, contiguous
+// or NHWC-strided, so a channels-last model's weights are never copied
+// (Note [cuDNN convolution]). Any other weight is copied and counted.
+Tensor kernel_weight(const Tensor& w) {
+  if (w.is_contiguous() || (w.is_cuda() && is_channels_last(w))) return w;
+  detail::count_layout_conversion();  // Note [Layout conversion count]
+  return w.contiguous();
+}
+
 ConvGeometry check_args(const std::string& who, const Tensor& x, const Tensor& w, const Tensor& b,
                         const Conv2dParams& p) {
   DDP_CHECK(x.defined() && w.defined(), "{}: undefined input or weight", who);
@@ -186,7 +196,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const bool nchw_out = !x.is_cuda() && g.dtype == DType::f32 && !g.channels_last;
   if (nchw_out) g.channels_last = true;
   Tensor xin = nchw_out ? to_nhwc_cpu(x.detach()) : in_layout(x.detach(), g.channels_last);
-  Tensor w = weight.detach().contiguous();
+  Tensor w = kernel_weight(weight.detach());
   Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
   Tensor y = empty_nchw({g.n, g.o, g.oh, g.ow}, g.dtype, x.device(), g.channels_last);
   kernels::call<kernels::conv2d_forward>(x.device(), g, xin, w, b, y);
@@ -209,7 +219,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
           }
           if (need_dw || need_db) {
             TensorOptions opts = TensorOptions(g.dtype).device(dy.device());
-            dw = Tensor::empty(w.shape(), opts);
+            dw = empty_nchw(w.shape(), g.dtype, dy.device(), is_channels_last(w));  // w's layout
             if (g.has_bias) db = Tensor::empty({g.o}, opts);
             kernels::call<kernels::conv2d_backward_weight>(dy.device(), g, xin, dy, dw, db);
           }
@@ -217,6 +227,45 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
         });
   }
   return y;
+}
+
+}  // namespace ddp::nn::functional
+
+namespace ddp::nn::functional {
+
+namespace {
+std::atomic<int64_t> g_unfused{0};
+}
+int64_t conv2d_bias_relu_unfused_count() { return g_unfused.load(std::memory_order_relaxed); }
+
+// Note [Fused conv + bias + ReLU]
+// An inference fusion: cuDNN runs the convolution, the bias add and the
+// ReLU in one kernel (conv2d_bias_relu_forward), so y is written once
+// instead of three times. It has no backward: when a gradient is needed
+// (grad mode on and an input that requires grad), the call composes
+// conv2d and relu, which autograd differentiates as usual, so the op is
+// safe in training code and only faster in inference. The CPU has no fused
+// kernel and composes too; so does CUDA when no cuDNN engine takes the
+// fused graph (f64, some layouts). conv2d_bias_relu_unfused_count() counts
+// the composed calls.
+Tensor conv2d_bias_relu(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                        const Conv2dParams& params, const std::string& who_in) {
+  if (amp::detail::autocast_active())  // See Note [Autocast policy]: conv2d's policy
+    return amp::detail::autocast_call(
+        amp::detail::AutocastOp::conv2d, {x, weight, bias},
+        [&](const Tensors& t) { return conv2d_bias_relu(t[0], t[1], t[2], params, who_in); });
+  const std::string who = who_in.empty() ? "conv2d_bias_relu" : who_in;
+  ConvGeometry g = check_args(who, x, weight, bias, params);
+  if (!autograd::needs_grad({x, weight, bias}) && x.is_cuda() &&
+      kernels::has_kernel<kernels::conv2d_bias_relu_forward>(DeviceType::CUDA)) {
+    Tensor xin = in_layout(x.detach(), g.channels_last);
+    Tensor w = kernel_weight(weight.detach());
+    Tensor b = bias.defined() ? bias.detach().contiguous() : Tensor();
+    Tensor y = empty_nchw({g.n, g.o, g.oh, g.ow}, g.dtype, x.device(), g.channels_last);
+    if (kernels::call<kernels::conv2d_bias_relu_forward>(x.device(), g, xin, w, b, y)) return y;
+  }
+  g_unfused.fetch_add(1, std::memory_order_relaxed);
+  return relu(conv2d(x, weight, bias, params, who));
 }
 
 }  // namespace ddp::nn::functional

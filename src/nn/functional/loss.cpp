@@ -1,27 +1,35 @@
 // cross_entropy (forward and backward side by side) and mse_loss.
 //
 // Note [Fused cross entropy]
-// Forward computes z = log_softmax(x) once per row (the softmax row kernel,
-// in f32, or f64 for f64) and
-//   loss_i = valid_i · ((1-ε)·(-z[t_i]) + ε·(-Σ_c z_c / C)),
-// where valid_i = (t_i != ignore_index). Backward does not go through the
-// graph of those steps; it is the closed form
-//   dx_i = (exp(z_i) - ((1-ε)·one_hot(t_i) + ε/C)) · valid_i · s_i,
-// with s_i = the incoming gradient (of loss_i for "none", of the total for
-// "sum") divided, for "mean", by the number of valid rows. Only z is saved.
-// The steps are tensor ops run without recording, so CPU and CUDA share
-// this code; the only host synchronisation is the range check of the
-// targets in forward (two one-element reads).
+// Per row i of the logits x (as [n, C]), with target t_i, ε the label
+// smoothing and valid_i = (t_i != ignore_index):
+//   lse_i  = log Σ_c exp(x_ic)
+//   loss_i = valid_i · ((1-ε)·(lse_i - x_{i,t_i}) + ε·(lse_i - Σ_c x_ic / C))
+// which is -Σ_c q_c · log_softmax(x)_c for the target distribution
+// q = (1-ε)·one_hot(t_i) + ε/C. The kernel cross_entropy_forward computes
+// loss_i and lse_i in one pass over each row (in f32, or f64 for f64,
+// reading f16/bf16 logits directly); the reduction is then a sum (divided,
+// for "mean", by the number of valid rows) in tensor ops. Backward is the
+// closed form
+//   dx_ic = (exp(x_ic - lse_i) - (1-ε)·[c = t_i] - ε/C) · valid_i · s_i,
+// with s_i the incoming gradient (of loss_i for "none", of the total for
+// "sum") divided, for "mean", by the number of valid rows: one pass of
+// cross_entropy_backward. Only lse ([n] floats) is saved besides the logits
+// the caller holds anyway, not the [n, C] log-probabilities. Nothing reads
+// the device from the host: a target out of range raises at once on the CPU
+// and at the next synchronisation on CUDA (Note [Deferred device errors] in
+// src/tensor/device_error_cuda.cpp).
 
 #include "ddp/nn/functional/loss.h"
 
 #include <vector>
 
-#include "tensor/autocast_policy.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/autograd/node.h"
 #include "ddp/tensor/ops.h"
+#include "kernel_list.h"
 #include "nn/functional/checks.h"
+#include "tensor/autocast_policy.h"
 
 namespace ddp::nn::functional {
 
@@ -86,32 +94,22 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
         });
   const char* op = "cross_entropy";
   check_cross_entropy(logits, target, label_smoothing);
-  const int64_t C = logits.dim() == 1 ? logits.size(0) : logits.size(1);
   const double eps = label_smoothing;
   const DType work = logits.dtype() == DType::f64 ? DType::f64 : DType::f32;
+  const TensorOptions work_opts = TensorOptions(work).device(logits.device());
 
-  Tensor loss, z, valid, safe, count;
-  ClassRows rows;
+  ClassRows rows = to_class_rows(logits.detach());
+  Tensor x = rows.rows2d.contiguous();
+  const int64_t n = x.size(0);
+  Tensor t = target.detach().contiguous().reshape({n});
+  Tensor per_row = Tensor::empty({n}, work_opts);
+  Tensor lse = Tensor::empty({n}, work_opts);
+  if (n > 0)
+    kernels::call<kernels::cross_entropy_forward>(x.device(), x, t, ignore_index, eps, per_row,
+                                                  lse);
+  Tensor loss, count;
   {
     NoGradGuard no_grad;
-    rows = to_class_rows(logits.detach().to(work));
-    const int64_t n = rows.rows2d.size(0);
-    Tensor t = target.detach().reshape({n});
-    Tensor valid_mask = ne(t, double(ignore_index));
-    safe = where(valid_mask, t, zeros_like(t));  // ignored rows read class 0, then count 0
-    if (n > 0) {
-      const int64_t lo = ddp::min(safe).item<int64_t>(), hi = ddp::max(safe).item<int64_t>();
-      DDP_CHECK_T(IndexError, lo >= 0 && hi < C,
-                  "{}: target values must be in [0, {}) or ignore_index ({}); got values in "
-                  "[{}, {}]",
-                  op, C, ignore_index, lo, hi);
-    }
-    valid = valid_mask.to(work);
-    z = log_softmax(rows.rows2d, -1);
-    Tensor nll = -gather(z, 1, safe.reshape({n, 1})).reshape({n});
-    Tensor per_row = nll * (1.0 - eps);
-    if (eps > 0.0) per_row = per_row + sum(z, {1}) * (-eps / double(C));
-    per_row = per_row * valid;
     switch (reduction) {
       case Reduction::none:
         loss = per_row.reshape(target.shape());
@@ -120,7 +118,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
         loss = sum(per_row);
         break;
       case Reduction::mean:
-        count = sum(valid);
+        count = sum(ne(t, double(ignore_index)).to(work));
         loss = sum(per_row) / count;
         break;
     }
@@ -133,20 +131,21 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, Reduction reduc
     const std::vector<int64_t> inverse = rows.inverse;
     autograd::record(
         op, {logits}, {loss},
-        [z, valid, safe, count, reduction, eps, C, work, out_dtype, moved_shape,
+        [x, t, lse, count, reduction, eps, ignore_index, work, out_dtype, moved_shape,
          inverse](const Tensors& g) -> Tensors {
-          const int64_t n = z.size(0);
-          // s_i of Note [Fused cross entropy], as [n, 1].
-          Tensor s = g[0].to(work);
+          const int64_t n = x.size(0);
+          // s_i of Note [Fused cross entropy]; the kernel applies valid_i.
+          Tensor s = g[0].detach().to(work);
           if (reduction == Reduction::mean) s = s / count;
-          s = (reduction == Reduction::none ? s.reshape({n}) * valid : s * valid).reshape({n, 1});
-          // (1-ε)·one_hot(t) as a comparison with the class ids: no index checks, no host sync.
-          Tensor classes = arange(C, TensorOptions(DType::i64).device(z.device())).reshape({1, C});
-          Tensor target_dist = eq(classes, safe.reshape({n, 1})).to(work) * (1.0 - eps);
-          Tensor dx = (exp(z) - target_dist - eps / double(C)) * s;
+          s = (reduction == Reduction::none ? s.reshape({n}) : s.reshape({1}).expand({n}))
+                  .contiguous();
+          Tensor dx = Tensor::empty(x.shape(), TensorOptions(out_dtype).device(x.device()));
+          if (n > 0)
+            kernels::call<kernels::cross_entropy_backward>(x.device(), x, t, lse, s, ignore_index,
+                                                           eps, dx);
           dx = dx.view(moved_shape);
           if (!inverse.empty()) dx = dx.permute(inverse).contiguous();
-          return {dx.to(out_dtype)};
+          return {dx};
         });
   }
   return loss;

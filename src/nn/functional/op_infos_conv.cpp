@@ -5,6 +5,7 @@
 // from here, as the tensor layer may not see nn: see Note [Registering ops
 // from higher layers] in ddp/tensor/op_registry.h.
 
+#include "ddp/nn/cudnn.h"
 #include "ddp/nn/functional/batch_norm.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/nn/functional/pooling.h"
@@ -34,7 +35,22 @@ SampleFn conv_sample(Shape x, Shape w, Shape w1) {
   };
 }
 
+// The same with the weights channels-last (NHWC strides), as
+// Module::to(MemoryFormat::channels_last) leaves them: CUDA describes them
+// as they are (Note [cuDNN convolution]), against NCHW and NHWC inputs.
+SampleFn conv_sample_nhwc_weights(Shape x, Shape w, Shape w1) {
+  SampleFn base = conv_sample(x, w, w1);
+  return [=](DType dt, Device dev, Generator& gen) {
+    Tensors t = base(dt, dev, gen);
+    t[1] = to_channels_last(t[1]);
+    t[3] = to_channels_last(t[3]);
+    return t;
+  };
+}
+
 Tensors run_conv(const Tensors& in) {
+  // f32 to f32 rounding: no TF32 on CUDA (Note [cuDNN TF32]).
+  cudnn::AllowTf32Guard no_tf32(false);
   const Tensor &x = in[0], &w = in[1], &b = in[2], &w1 = in[3];
   const int64_t groups = x.size(1) / w.size(1), pad = w.size(2) / 2;
   Tensor xl = to_channels_last(x);
@@ -48,7 +64,8 @@ void add_conv(std::vector<OpInfo>& ops) {
   OpInfo op = make("conv2d", kFloats, conv_sample({2, 4, 7, 6}, {6, 2, 3, 3}, {3, 4, 2, 2}),
                    run_conv, {0, 1, 2, 3});
   // A ResNet-50 stage: 3×3 convolutions on 56×56, and a 1×1 projection.
-  op.cuda_samples = {conv_sample({8, 64, 56, 56}, {64, 32, 3, 3}, {128, 64, 1, 1})};
+  op.cuda_samples = {conv_sample({8, 64, 56, 56}, {64, 32, 3, 3}, {128, 64, 1, 1}),
+                     conv_sample_nhwc_weights({8, 64, 56, 56}, {64, 32, 3, 3}, {128, 64, 1, 1})};
   op.cuda_scaled_tolerance = kConvTolerance;
   auto x = [](Device d) { return zeros({1, 4, 5, 5}, d); };
   auto w = [](Device d) { return zeros({2, 4, 3, 3}, d); };

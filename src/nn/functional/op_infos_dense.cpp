@@ -69,7 +69,12 @@ void add_linear_norm(std::vector<OpInfo>& ops) {
       },
       {0, 1, 2});
   // Many more rows than columns: GPT-2's width, and a narrow one.
-  ln.cuda_samples = {floats({{8192, 768}, {768}, {768}}), floats({{65536, 64}, {64}, {64}})};
+  // Then each path of Note [CUDA LayerNorm kernels]: GPT-2 at 4096 tokens
+  // (warp rows, 16-byte vectors), a width no vector divides (elementwise),
+  // and wide rows (a block per row, vectorised).
+  ln.cuda_samples = {floats({{8192, 768}, {768}, {768}}), floats({{65536, 64}, {64}, {64}}),
+                     floats({{4096, 768}, {768}, {768}}), floats({{512, 2050}, {2050}, {2050}}),
+                     floats({{256, 4096}, {4096}, {4096}})};
   ln.cuda_scaled_tolerance = kDenseTolerance;
   ln.bad_inputs = {
       bad_input<ShapeError>("trailing dims that differ", "expected an input whose last dims are",
@@ -132,14 +137,27 @@ void add_lookup_losses(std::vector<OpInfo>& ops) {
                        embedding(idx.select(0, 1).select(0, 2), w)};  // a 0-dim index
       },
       {0});
+  // GPT-2's token table with 4096 lookups drawn from its first 1000 rows, so
+  // most rows repeat (the gradient sums runs: Note [Deterministic embedding
+  // gradient]).
+  emb.cuda_samples = {[](DType dt, Device dev, Generator& gen) {
+    return Tensors{signed_values({50257, 768}, dt, dev, gen),
+                   uniform_values({8, 512}, 0, 1000, DType::f32, Device::cpu(), gen)
+                       .to(dev, DType::i64)};
+  }};
+  emb.cuda_scaled_tolerance = kDenseTolerance;
+  // Index errors on CUDA surface at the next synchronisation (Note [Deferred
+  // device errors]): .cpu() is one, so every backend raises inside the case.
   emb.bad_inputs = {
       bad_input<IndexError>("an index out of range", "embedding",
                             [](Device d) {
-                              embedding(fixed_values({0, 5}, {2}, DType::i64, d), zeros({5, 4}, d));
+                              embedding(fixed_values({0, 5}, {2}, DType::i64, d), zeros({5, 4}, d))
+                                  .cpu();
                             }),
       bad_input<IndexError>("a negative index", "embedding",
                             [](Device d) {
-                              embedding(fixed_values({-1}, {1}, DType::i64, d), zeros({5, 4}, d));
+                              embedding(fixed_values({-1}, {1}, DType::i64, d), zeros({5, 4}, d))
+                                  .cpu();
                             }),
       bad_input<DTypeError>("a float index", "embedding",
                             [](Device d) { embedding(zeros({2}, d), zeros({5, 4}, d)); }),
@@ -174,12 +192,24 @@ void add_lookup_losses(std::vector<OpInfo>& ops) {
                    signed_values({8, 10, 32, 32}, dt, dev, gen),
                    uniform_values({8, 32, 32}, 0, 10, DType::f32, Device::cpu(), gen).to(dev, DType::i64)};
   }};
+  // GPT-2's loss: 4096 tokens over its 50257 classes, about one in fifty
+  // ignored (-100).
+  ce.cuda_samples.push_back([](DType dt, Device dev, Generator& gen) {
+    Tensor t = uniform_values({4096}, 0, 50257, DType::f32, Device::cpu(), gen).to(DType::i64);
+    std::vector<int64_t> tv = where(lt(t, 1000.0), -100.0, t).to_vector<int64_t>();
+    tv[0] = 17;  // run() also takes row 0 alone: an ignored one would give NaN there
+    t = Tensor::from_vector(tv, {4096}, opts(DType::i64, Device::cpu()));
+    return Tensors{signed_values({4096, 50257}, dt, dev, gen), t.to(dev),
+                   signed_values({2, 10, 4, 4}, dt, dev, gen),
+                   uniform_values({2, 4, 4}, 0, 10, DType::f32, Device::cpu(), gen).to(dev, DType::i64)};
+  });
   ce.cuda_scaled_tolerance = kDenseTolerance;
   auto logits = [](Device d) { return zeros({2, 3}, d); };
   ce.bad_inputs = {
       bad_input<IndexError>("a class out of range", "cross_entropy",
                             [=](Device d) {
-                              cross_entropy(logits(d), fixed_values({0, 3}, {2}, DType::i64, d));
+                              cross_entropy(logits(d), fixed_values({0, 3}, {2}, DType::i64, d))
+                                  .cpu();
                             }),
       bad_input<DTypeError>("an i32 target", "cross_entropy",
                             [=](Device d) {

@@ -35,7 +35,7 @@ Tensor averaging_matrix(int64_t out, int64_t in, DType dtype, Device device) {
 }
 
 // See Note [Channels-last max_pool2d] in kernels/cpu/max_pool2d.cpp: the CPU
-// kernels read and write NHWC directly, so nothing is converted.
+// and CUDA kernels read and write NHWC directly, so nothing is converted.
 Tensor max_pool2d_nhwc(const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 dilation,
                        int64_t oh, int64_t ow) {
   const Shape ys{x.size(0), x.size(1), oh, ow};
@@ -55,8 +55,9 @@ Tensor max_pool2d_nhwc(const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, 
   return y;
 }
 
-// The planar kernels on [N·C, H, W]: NCHW, and NHWC on CUDA, converted both
-// ways there (counted: Note [Layout conversion count]).
+// The planar kernels on [N·C, H, W]: NCHW, and NHWC on a device without
+// NHWC kernels, converted both ways there (counted: Note [Layout conversion
+// count]).
 Tensor to_planes(const Tensor& t) {
   if (!t.is_contiguous()) detail::count_layout_conversion();
   return t.detach().contiguous().view({t.size(0) * t.size(1), t.size(2), t.size(3)});
@@ -110,7 +111,7 @@ Tensor max_pool2d(const Tensor& x, Int2 kernel, Int2 stride, Int2 padding, Int2 
   DDP_CHECK_T(ShapeError, oh > 0 && ow > 0,
               "{}: input {} is too small for kernel {} (padding {}, dilation {})", who,
               x.describe(), kernel.str(), padding.str(), dilation.str());
-  // NHWC kernels where the device has them (the CPU), else the planar ones.
+  // NHWC kernels where the device has them (the CPU and CUDA), else the planar ones.
   if (is_channels_last(x) && kernels::has_kernel<kernels::max_pool2d_forward_nhwc>(x.device().type))
     return max_pool2d_nhwc(x, kernel, stride, padding, dilation, oh, ow);
   return max_pool2d_planes(x, kernel, stride, padding, dilation, oh, ow);

@@ -13,8 +13,14 @@
 // masked_fill, softmax, bmm), so autograd derives the backward and gradcheck
 // covers it in f64. It is what the CPU runs and what the fused GPU kernel
 // (Note [Flash attention kernels], which never writes the T×S scores to
-// memory) must agree with. CUDA inputs of f32/f16/bf16 with a head size of
-// 16, 32, 64 or 128 take the fused kernel; anything else takes this path.
+// memory) must agree with. On CUDA (Note [Attention paths on CUDA] in
+// src/nn/functional/attention_cuda.cpp):
+//   - f16/bf16 with a head size that is a multiple of 8 up to 128, on a GPU
+//     of compute capability 8.0 or newer: cuDNN's fused attention (tensor
+//     cores), when libddp was built with cuDNN;
+//   - f32/f16/bf16 with a head size of 16, 32, 64 or 128 otherwise: the
+//     hand-written fused kernel (Note [Flash attention kernels]);
+//   - anything else (f64, other head sizes): this path.
 
 #include <optional>
 
@@ -33,5 +39,14 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
 Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v,
                                               bool is_causal = false,
                                               std::optional<double> scale = std::nullopt);
+
+// How often the fused attention found its cuDNN graph (one per shape, dtype,
+// mask, scale and pass) already built: for tests and tuning. The counts are
+// process-wide; entries is the cache's current size (refusals included).
+// All zero on devices whose fused attention does not use cuDNN.
+struct AttentionCacheStats {
+  int64_t entries = 0, hits = 0, misses = 0;
+};
+AttentionCacheStats attention_cache_stats(DeviceType device);
 
 }  // namespace ddp::nn::functional

@@ -42,13 +42,26 @@ struct Conv2dParams {
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
               const Conv2dParams& params = {}, const std::string& who = "");
 
+// relu(conv2d(x, weight, bias, params)), fused into one cuDNN kernel on
+// CUDA for inference (Note [Fused conv + bias + ReLU] in
+// src/nn/functional/conv.cpp). bias may be undefined (conv + ReLU). When a
+// gradient is needed, or on the CPU, or with no fused cuDNN engine for the
+// case, it composes conv2d and relu (differentiable). The same argument
+// checks and errors as conv2d; `who` empty: "conv2d_bias_relu".
+Tensor conv2d_bias_relu(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor(),
+                        const Conv2dParams& params = {}, const std::string& who = "");
+// Process-wide count of conv2d_bias_relu calls that composed instead of
+// running fused: for tests and profiling.
+int64_t conv2d_bias_relu_unfused_count();
+
 // The output's spatial size: (in + 2·pad − dil·(k − 1) − 1) / stride + 1.
 int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t padding,
                          int64_t dilation);
 
-// How often conv2d found its oneDNN primitive (CPU) or cuDNN algorithm
-// (CUDA) already made for a (geometry, pass): for tests and tuning. The
-// counts are process-wide; entries is the cache's current size.
+// How often conv2d found its oneDNN primitive (CPU) or cuDNN execution plan
+// (CUDA: keyed by pass, geometry, strides, dtype, TF32 switch, determinism
+// and device; Note [cuDNN convolution]) already made: for tests and tuning.
+// The counts are process-wide; entries is the cache's current size.
 struct ConvCacheStats {
   int64_t entries = 0, hits = 0, misses = 0;
 };

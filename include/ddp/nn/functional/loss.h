@@ -23,8 +23,9 @@ enum class Reduction { none, mean, sum };
 // torch), "sum" adds, "none" returns the per-row losses in target's shape.
 // f16/bf16 logits are computed in f32 and the loss returned in their dtype.
 // Errors: ShapeError for mismatched shapes, DTypeError for a non-i64 target
-// or non-floating logits, IndexError for a target outside [0, C),
-// ValueError for ε outside [0, 1].
+// or non-floating logits, IndexError for a target outside [0, C) (on CUDA
+// raised at the next synchronisation point: Deferred device errors in
+// docs/nn.md), ValueError for ε outside [0, 1].
 Tensor cross_entropy(const Tensor& logits, const Tensor& target,
                      Reduction reduction = Reduction::mean, double label_smoothing = 0.0,
                      int64_t ignore_index = -100);

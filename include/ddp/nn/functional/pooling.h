@@ -8,10 +8,11 @@
 // kernels/cuda/max_pool2d.cu (f32, f64; f16/bf16 are computed in f32).
 // Our own kernels rather than cuDNN's pooling, whose backward recomputes
 // the argmax from x and y and whose padding semantics differ from torch's.
-// NHWC inputs on the CPU go to NHWC kernels (Note [Channels-last max_pool2d]
-// in kernels/cpu/max_pool2d.cpp): output, indices and the input's gradient
-// stay NHWC with no copy. CUDA runs the planar kernel on an NCHW copy and
-// converts back, counted by layout_conversion_count().
+// NHWC inputs on the CPU and CUDA go to NHWC kernels (Note [Channels-last
+// max_pool2d] in kernels/cpu/max_pool2d.cpp): output, indices and the
+// input's gradient stay NHWC with no copy. A device without them runs the
+// planar kernel on an NCHW copy and converts back, counted by
+// layout_conversion_count().
 // adaptive_avg_pool2d: output 1×1 is mean over H and W; the general case
 // is two matmuls with averaging matrices, y = A_h · x · A_wᵀ, where row i of
 // A_h [OH, H] holds 1/len over torch's window [floor(i·H/OH),

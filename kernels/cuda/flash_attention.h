@@ -1,0 +1,28 @@
+#pragma once
+// The hand-written fused attention (kernels/cuda/attention.cu, Note [Flash
+// attention kernels]): f32/f16/bf16, head sizes 16, 32, 64 and 128. It is not
+// registered itself: the CUDA registration of attention_* in
+// src/nn/functional/attention_cuda.cpp chooses between it and cuDNN's fused
+// attention (Note [Attention paths on CUDA] there). Same tensor contract as
+// attention_forward / attention_backward in kernel_list.h; the caller has
+// made the tensors' device current and queues the work on `stream`.
+
+#include <cstdint>
+
+#include "ddp/core/dtype.h"
+#include "ddp/tensor/cuda.h"
+#include "ddp/tensor/tensor.h"
+
+namespace ddp::cuda_kernels {
+
+bool flash_attention_supports(DType dtype, int64_t head_size);
+
+void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                             const Tensor& lse, float scale, bool causal, cuda::Stream stream);
+
+void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                              const Tensor& dout, const Tensor& lse, const Tensor& delta,
+                              const Tensor& dq, const Tensor& dk, const Tensor& dv, float scale,
+                              bool causal, cuda::Stream stream);
+
+}  // namespace ddp::cuda_kernels
