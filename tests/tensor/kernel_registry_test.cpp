@@ -62,7 +62,8 @@ TEST(KernelRegistry, CudaRegistrationsFollowTheBuild) {
                                     "cross_entropy_forward", "cross_entropy_backward"};
 #if DDP_HAVE_CUDNN
   for (const char* op : {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weight",
-                         "conv2d_cache_stats", "conv2d_bias_relu_forward", "batch_norm_train_forward",
+                         "conv2d_cache_stats", "conv2d_bias_relu_forward",
+                         "batch_norm_train_forward",
                          "batch_norm_eval_forward", "batch_norm_backward"})
     expected.insert(op);
 #endif
