@@ -180,6 +180,19 @@ DDP_DECLARE_KERNEL(cross_entropy_backward, void,
 // matmul and add). A device without a registration always composes.
 DDP_DECLARE_KERNEL(linear_forward, bool,
                    (const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y))
+// y = gelu_tanh(x·wᵀ + bias) with pre = x·wᵀ + bias (the pre-activation,
+// [rows, out], saved for the backward) in one call; same contract and
+// fallback as linear_forward (Note [cuBLASLt linear]).
+DDP_DECLARE_KERNEL(linear_gelu_forward, bool,
+                   (const Tensor& x, const Tensor& w, const Tensor& bias, const Tensor& y,
+                    const Tensor& pre))
+// dw [out, in] = dyᵀ [out, rows] · x [rows, in] and, when db [out] is
+// defined, db = Σ_rows dy from the same GEMM; dy, x, dw, db one dtype,
+// contiguous. false: nothing written, the frontend composes.
+DDP_DECLARE_KERNEL(linear_backward_weight, bool,
+                   (const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db))
+// The backend's GEMM plan cache (Note [cuBLASLt plan cache]).
+DDP_DECLARE_KERNEL(linear_cache_stats, PlanCacheStats, ())
 
 // ---- fused attention (src/nn/functional/attention.cpp) ----------------------------
 // Whether a fused kernel takes this dtype and head size on `device` (cuDNN's
@@ -207,18 +220,39 @@ DDP_DECLARE_KERNEL(attention_cache_stats, PlanCacheStats, ())
 // ---- multi-tensor steps (src/optim/foreach.cpp; Note [Foreach numerics]) ----------
 // Lists as checked and staged by the frontend: contiguous, entry k of every
 // list shares params[k]'s shape; one dtype per call for the steps.
+// found_inf, when defined, is a 0-dim f32 on the lists' device (GradScaler's
+// flag, Note [GradScaler without host syncs]): a nonzero value skips the
+// whole step on the device (nothing is written), without the host reading it.
 DDP_DECLARE_KERNEL(foreach_sgd_step, void,
                    (const Tensors& params, const Tensors& grads, const Tensors& bufs,
-                    const std::vector<uint8_t>& fresh, const SgdScalars& s))
+                    const std::vector<uint8_t>& fresh, const SgdScalars& s,
+                    const Tensor& found_inf))
+// per_tensor holds the host-computed bias corrections; or, when steps is
+// non-empty, steps[k] is params[k]'s step count (0-dim f64 on the lists'
+// device), which the kernel increments (unless found_inf) and computes the
+// bias corrections from, so the count never travels to the host.
 DDP_DECLARE_KERNEL(foreach_adamw_step, void,
                    (const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
                     const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
-                    const std::vector<AdamWTensorScalars>& per_tensor, const AdamWScalars& s))
+                    const std::vector<AdamWTensorScalars>& per_tensor, const Tensors& steps,
+                    const AdamWScalars& s, const Tensor& found_inf))
 // Σ |x|^p over all elements (p > 0 finite), or max |x| for p = inf; NaN when
 // an element is NaN. Reading the result waits for the device.
 DDP_DECLARE_KERNEL(foreach_pow_sum, double, (const Tensors& xs, double p))
 // x *= factor for every tensor (GradScaler's unscale and clipping); with
 // check_finite, returns whether any element was inf or NaN before.
 DDP_DECLARE_KERNEL(foreach_mul, bool, (const Tensors& xs, double factor, bool check_finite))
+// GradScaler's unscale without a host sync: x *= f32(1 / f64(scale)) for
+// every tensor, and found_inf = 1 when any element was inf or NaN before
+// (left as it is otherwise). scale and found_inf: 0-dim f32 on the lists'
+// device; nothing is read back.
+DDP_DECLARE_KERNEL(foreach_unscale, void,
+                   (const Tensors& xs, const Tensor& scale, const Tensor& found_inf))
+// GradScaler's update on tensors (update_scale in foreach_math.h): scale
+// (0-dim f32) and growth_tracker (0-dim i64) in place from found_inf (0-dim
+// f32, nonzero = inf/NaN seen), all on one device; nothing is read back.
+DDP_DECLARE_KERNEL(amp_update_scale, void,
+                   (const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                    const ScaleUpdate& u))
 
 }  // namespace ddp::kernels

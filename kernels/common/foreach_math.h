@@ -86,6 +86,39 @@ DDP_INLINE_HD void adamw_element(C& p, C g, C& m, C& v, C& vmax, const AdamWScal
   p = p + (m / denom) * C(-t.step_size);
 }
 
+// AdamW's bias corrections at step t (t >= 1), computed where the step
+// count lives: on the host for host counts, in the kernel for device counts
+// (Note [GradScaler without host syncs] in src/amp/grad_scaler.cpp).
+DDP_INLINE_HD AdamWTensorScalars adamw_bias_corrections(double lr, double beta1, double beta2,
+                                                        double t) {
+  return {lr / (1.0 - ::pow(beta1, t)), ::sqrt(1.0 - ::pow(beta2, t))};
+}
+
+// GradScaler's options for one update of its scale.
+struct ScaleUpdate {
+  double growth_factor = 2, backoff_factor = 0.5;
+  int64_t growth_interval = 2000;
+};
+
+// One update of GradScaler's f32 scale and growth tracker, torch's
+// _amp_update_scale_: on inf/NaN the scale backs off and the tracker
+// resets; otherwise the tracker counts the good step and, when it reaches
+// growth_interval, the scale grows (only if the result is finite in f32)
+// and the tracker resets. The same function on the host and the device.
+DDP_INLINE_HD void update_scale(float& scale, int64_t& tracker, bool found_inf,
+                                const ScaleUpdate& u) {
+  if (found_inf) {
+    scale = scale * float(u.backoff_factor);
+    tracker = 0;
+  } else if (tracker + 1 == u.growth_interval) {
+    const float grown = scale * float(u.growth_factor);
+    if (is_finite_value(grown)) scale = grown;
+    tracker = 0;
+  } else {
+    ++tracker;
+  }
+}
+
 // The contribution of x to a p-norm: |x|^p, with the common orders spelled
 // out (|x|, x², exact and fast); accumulated in double.
 DDP_INLINE_HD double norm_term(double x, double p) {

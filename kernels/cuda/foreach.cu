@@ -98,8 +98,10 @@ auto no_aux = [](size_t, int, auto&) {};
 // ---- optimizer steps ------------------------------------------------------------
 
 template <class T>
-static __global__ void sgd_kernel(const TensorList<3, 1> list, const kernels::SgdScalars s) {
+static __global__ void sgd_kernel(const TensorList<3, 1> list, const kernels::SgdScalars s,
+                                  const float* found_inf) {
   using C = compute_t<T>;
+  if (found_inf && *found_inf != 0.0f) return;  // GradScaler saw inf/NaN: skip on the device
   for (int64_t c = blockIdx.x; c < list.total_chunks; c += gridDim.x) {
     int k;
     int64_t begin, end;
@@ -119,8 +121,10 @@ static __global__ void sgd_kernel(const TensorList<3, 1> list, const kernels::Sg
 }
 
 template <class T>
-static __global__ void adamw_kernel(const TensorList<5, 2> list, const kernels::AdamWScalars s) {
+static __global__ void adamw_kernel(const TensorList<6, 2> list, const kernels::AdamWScalars s,
+                                    const float* found_inf) {
   using C = compute_t<T>;
+  if (found_inf && *found_inf != 0.0f) return;  // GradScaler saw inf/NaN: skip on the device
   for (int64_t c = blockIdx.x; c < list.total_chunks; c += gridDim.x) {
     int k;
     int64_t begin, end;
@@ -130,7 +134,12 @@ static __global__ void adamw_kernel(const TensorList<5, 2> list, const kernels::
     T* m = static_cast<T*>(list.ptr[2][k]);
     T* v = static_cast<T*>(list.ptr[3][k]);
     T* vmax = static_cast<T*>(list.ptr[4][k]);
-    const kernels::AdamWTensorScalars t{list.aux[0][k], list.aux[1][k]};
+    // Row 5: the device step count (already counted by count_steps_kernel),
+    // else the host's bias corrections in aux.
+    const double* step = static_cast<const double*>(list.ptr[5][k]);
+    const kernels::AdamWTensorScalars t =
+        step ? kernels::adamw_bias_corrections(s.lr, s.beta1, s.beta2, *step)
+             : kernels::AdamWTensorScalars{list.aux[0][k], list.aux[1][k]};
     for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       C pv = load(p[i]), mv = load(m[i]), vv = load(v[i]);
       C vmaxv = vmax ? load(vmax[i]) : C(0);
@@ -141,6 +150,14 @@ static __global__ void adamw_kernel(const TensorList<5, 2> list, const kernels::
       if (vmax) vmax[i] = store<T>(vmaxv);
     }
   }
+}
+
+// steps[k] += 1 for every tensor of the list, unless found_inf is set: the
+// device step counts of AdamW (one thread per tensor), before its update.
+static __global__ void count_steps_kernel(const TensorList<1, 0> list, const float* found_inf) {
+  if (found_inf && *found_inf != 0.0f) return;
+  for (int k = threadIdx.x; k < list.count; k += blockDim.x)
+    *static_cast<double*>(list.ptr[0][k]) += 1;
 }
 
 // ---- norm and scaling -----------------------------------------------------------
@@ -180,9 +197,13 @@ static __global__ void norm_finish_kernel(const double* partial, int64_t n, bool
   if (threadIdx.x == 0) *out = acc;
 }
 
+// x *= factor, where factor is given, or (scale != null) f32(1 / f64(*scale)),
+// GradScaler's unscale read on the device.
 template <class T>
-static __global__ void mul_kernel(const TensorList<1, 0> list, double factor, float* found_inf) {
+static __global__ void mul_kernel(const TensorList<1, 0> list, double factor, const float* scale,
+                                  float* found_inf) {
   using C = compute_t<T>;
+  if (scale) factor = double(float(1.0 / double(*scale)));
   const C f = C(factor);
   bool bad = false;
   for (int64_t c = blockIdx.x; c < list.total_chunks; c += gridDim.x) {
@@ -200,6 +221,12 @@ static __global__ void mul_kernel(const TensorList<1, 0> list, double factor, fl
   if (bad && found_inf) *found_inf = 1.0f;
 }
 
+// GradScaler's scale update (update_scale in foreach_math.h), one thread.
+static __global__ void update_scale_kernel(float* scale, int64_t* tracker, const float* found_inf,
+                                           const kernels::ScaleUpdate u) {
+  kernels::update_scale(*scale, *tracker, *found_inf != 0.0f, u);
+}
+
 // The tensors of `xs` with dtype d, in order.
 Tensors of_dtype(const Tensors& xs, DType d) {
   Tensors out;
@@ -214,14 +241,15 @@ constexpr DType kFloatingDTypes[] = {DType::f32, DType::f64, DType::f16, DType::
 
 static void foreach_sgd(const Tensors& params, const Tensors& grads, const Tensors& bufs,
                  const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s,
-                 cuda::Stream stream) {
+                 const Tensor& found_inf, cuda::Stream stream) {
   if (params.empty()) return;
+  const float* flag = found_inf.defined() ? ptr<float>(found_inf) : nullptr;
   auto lists = pack<3, 1>({&params, &grads, &bufs}, [&](size_t k, int slot, auto& l) {
     l.aux[0][slot] = !fresh.empty() && fresh[k] ? 1.0 : 0.0;
   });
   dispatch_floating(params[0].dtype(), "foreach_sgd", [&]<class T>() {
     for (const auto& l : lists) {
-      sgd_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, native(stream)>>>(l, s);
+      sgd_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, native(stream)>>>(l, s, flag);
       DDP_CUDA_CHECK_LAUNCH("sgd_kernel");
     }
   });
@@ -230,16 +258,34 @@ static void foreach_sgd(const Tensors& params, const Tensors& grads, const Tenso
 static void foreach_adamw(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
                    const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
                    const std::vector<kernels::AdamWTensorScalars>& per_tensor,
-                   const kernels::AdamWScalars& s, cuda::Stream stream) {
+                   const Tensors& steps, const kernels::AdamWScalars& s,
+                   const Tensor& found_inf, cuda::Stream stream) {
   if (params.empty()) return;
-  auto lists = pack<5, 2>({&params, &grads, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs},
+  const float* flag = found_inf.defined() ? ptr<float>(found_inf) : nullptr;
+  if (!steps.empty()) {
+    // Count the step first (the update reads the new count); a 0-element
+    // parameter is stepped too, so its count is packed by hand.
+    TensorList<1, 0> counts;
+    for (size_t k = 0; k < steps.size(); ++k) {
+      if (counts.count == TensorList<1, 0>::kMax) {
+        count_steps_kernel<<<1, kThreads, 0, native(stream)>>>(counts, flag);
+        DDP_CUDA_CHECK_LAUNCH("count_steps_kernel");
+        counts = TensorList<1, 0>();
+      }
+      counts.ptr[0][counts.count++] = steps[k].data_ptr();
+    }
+    count_steps_kernel<<<1, kThreads, 0, native(stream)>>>(counts, flag);
+    DDP_CUDA_CHECK_LAUNCH("count_steps_kernel");
+  }
+  auto lists = pack<6, 2>({&params, &grads, &exp_avgs, &exp_avg_sqs, &max_exp_avg_sqs, &steps},
                           [&](size_t k, int slot, auto& l) {
-                            l.aux[0][slot] = per_tensor[k].step_size;
-                            l.aux[1][slot] = per_tensor[k].bias_correction2_sqrt;
+                            l.aux[0][slot] = per_tensor.empty() ? 0.0 : per_tensor[k].step_size;
+                            l.aux[1][slot] =
+                                per_tensor.empty() ? 1.0 : per_tensor[k].bias_correction2_sqrt;
                           });
   dispatch_floating(params[0].dtype(), "foreach_adamw", [&]<class T>() {
     for (const auto& l : lists) {
-      adamw_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, native(stream)>>>(l, s);
+      adamw_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, native(stream)>>>(l, s, flag);
       DDP_CUDA_CHECK_LAUNCH("adamw_kernel");
     }
   });
@@ -280,15 +326,18 @@ static void foreach_norm(const Tensors& xs, double p, const Tensor& out, cuda::S
   DDP_CUDA_CHECK_LAUNCH("norm_finish_kernel");
 }
 
-static void foreach_mul_(const Tensors& xs, double factor, const Tensor& found_inf, cuda::Stream stream) {
+static void foreach_mul_(const Tensors& xs, double factor, const Tensor& scale,
+                         const Tensor& found_inf, cuda::Stream stream) {
   float* flag = found_inf.defined() ? ptr<float>(found_inf) : nullptr;
+  const float* scale_ptr = scale.defined() ? ptr<float>(scale) : nullptr;
   for (DType d : kFloatingDTypes) {
     const Tensors group = of_dtype(xs, d);
     if (group.empty()) continue;
     const auto lists = pack<1, 0>({&group}, no_aux);
     dispatch_floating(d, "foreach_mul_", [&]<class T>() {
       for (const auto& l : lists) {
-        mul_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, native(stream)>>>(l, factor, flag);
+        mul_kernel<T><<<grid_of(l.total_chunks), kThreads, 0, native(stream)>>>(l, factor,
+                                                                                 scale_ptr, flag);
         DDP_CUDA_CHECK_LAUNCH("mul_kernel");
       }
     });
@@ -299,20 +348,22 @@ static void foreach_mul_(const Tensors& xs, double factor, const Tensor& found_i
 // stream; the two reductions read their result back, which waits for it.
 DDP_REGISTER_KERNEL(foreach_sgd_step, CUDA,
                     [](const Tensors& params, const Tensors& grads, const Tensors& bufs,
-                       const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s) {
+                       const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s,
+                       const Tensor& found_inf) {
                       if (params.empty()) return;
                       OnDevice on(params[0]);
-                      foreach_sgd(params, grads, bufs, fresh, s, on.stream);
+                      foreach_sgd(params, grads, bufs, fresh, s, found_inf, on.stream);
                     })
 DDP_REGISTER_KERNEL(foreach_adamw_step, CUDA,
                     [](const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
                        const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
                        const std::vector<kernels::AdamWTensorScalars>& per_tensor,
-                       const kernels::AdamWScalars& s) {
+                       const Tensors& steps, const kernels::AdamWScalars& s,
+                       const Tensor& found_inf) {
                       if (params.empty()) return;
                       OnDevice on(params[0]);
                       foreach_adamw(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs,
-                                    per_tensor, s, on.stream);
+                                    per_tensor, steps, s, found_inf, on.stream);
                     })
 DDP_REGISTER_KERNEL(foreach_pow_sum, CUDA, [](const Tensors& xs, double p) -> double {
   if (xs.empty()) return 0.0;
@@ -326,8 +377,22 @@ DDP_REGISTER_KERNEL(foreach_mul, CUDA, [](const Tensors& xs, double factor, bool
   OnDevice on(xs[0]);
   Tensor found;
   if (check_finite) found = Tensor::zeros({}, TensorOptions(DType::f32).device(xs[0].device()));
-  foreach_mul_(xs, factor, found, on.stream);
+  foreach_mul_(xs, factor, Tensor(), found, on.stream);
   return check_finite && found.item<float>() != 0.0f;
 })
+DDP_REGISTER_KERNEL(foreach_unscale, CUDA,
+                    [](const Tensors& xs, const Tensor& scale, const Tensor& found_inf) {
+                      if (xs.empty()) return;
+                      OnDevice on(xs[0]);
+                      foreach_mul_(xs, 1.0, scale, found_inf, on.stream);
+                    })
+static void update_scale_on_device(const Tensor& scale, const Tensor& growth_tracker,
+                             const Tensor& found_inf, const kernels::ScaleUpdate& u) {
+  OnDevice on(scale);
+  update_scale_kernel<<<1, 1, 0, native(on.stream)>>>(
+      ptr<float>(scale), ptr<int64_t>(growth_tracker), ptr<float>(found_inf), u);
+  DDP_CUDA_CHECK_LAUNCH("update_scale_kernel");
+}
+DDP_REGISTER_KERNEL(amp_update_scale, CUDA, update_scale_on_device)
 
 }  // namespace ddp::cuda_kernels

@@ -24,11 +24,20 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias)
   bias = register_parameter("bias", b);
 }
 
-Tensor Linear::forward(const Tensor& x) {
+void Linear::check_input(const Tensor& x) const {
   DDP_CHECK_T(ShapeError, x.defined() && x.dim() >= 1 && x.size(-1) == in_,
               "{}: expected an input [..., {}], got {}", describe(), in_,
               x.defined() ? x.describe() : "an undefined tensor");
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  check_input(x);
   return functional::linear(x, weight, bias);
+}
+
+Tensor Linear::forward_gelu(const Tensor& x) {
+  check_input(x);
+  return functional::linear_gelu(x, weight, bias);
 }
 
 std::string Linear::extra_repr() const {

@@ -27,25 +27,39 @@ void AdamW::update_group(const ParamGroup& group, const Tensors& params, const T
                          const std::vector<TensorDict*>& states) {
   const AdamWOptions& o = options_;
   const double lr = *group.lr, beta1 = o.betas[0], beta2 = o.betas[1];
-  Tensors exp_avgs, exp_avg_sqs, max_exp_avg_sqs;
+  Tensors exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
   std::vector<kernels::AdamWTensorScalars> per_tensor;
+  // Device step counts (see the header): with a device flag, or once any
+  // count of this group lives on a device.
+  const Tensor& found_inf = step_found_inf();
+  bool device_counts = found_inf.defined();
+  for (size_t k = 0; k < params.size(); ++k) {
+    const Tensor* step = states[k]->find("step");
+    device_counts = device_counts || (step && step->device() != Device::cpu());
+  }
   for (size_t k = 0; k < params.size(); ++k) {
     TensorDict& state = *states[k];
     if (state.empty()) {
-      state.insert("step", Tensor::scalar(0.0, DType::f64));
+      const Device where = device_counts ? params[k].device() : Device::cpu();
+      state.insert("step", Tensor::zeros({}, TensorOptions(DType::f64).device(where)));
       state.insert("exp_avg", zeros_like(params[k]));
       state.insert("exp_avg_sq", zeros_like(params[k]));
       if (o.amsgrad) state.insert("max_exp_avg_sq", zeros_like(params[k]));
     }
-    // Each parameter counts its own steps (one without a gradient is not
-    // stepped), so the bias corrections are per tensor. The count lives on
-    // the host as a tensor, to be part of the state dict, and is read back
-    // here as torch does when not capturable.
     Tensor& step_t = state.at("step");
-    const double step = step_t.item<double>() + 1;
-    step_t.fill_(step);
-    per_tensor.push_back({.step_size = lr / (1.0 - std::pow(beta1, step)),
-                          .bias_correction2_sqrt = std::sqrt(1.0 - std::pow(beta2, step))});
+    if (device_counts) {
+      // Counted by the kernel, which skips the count with the step.
+      if (step_t.device() != params[k].device()) step_t = step_t.to(params[k].device());
+      steps.push_back(step_t);
+    } else {
+      // Each parameter counts its own steps (one without a gradient is not
+      // stepped), so the bias corrections are per tensor. The count lives on
+      // the host as a tensor, to be part of the state dict, and is read back
+      // here as torch does when not capturable.
+      const double step = step_t.item<double>() + 1;
+      step_t.fill_(step);
+      per_tensor.push_back(kernels::adamw_bias_corrections(lr, beta1, beta2, step));
+    }
     exp_avgs.push_back(state.at("exp_avg"));
     exp_avg_sqs.push_back(state.at("exp_avg_sq"));
     if (o.amsgrad) max_exp_avg_sqs.push_back(state.at("max_exp_avg_sq"));
@@ -57,7 +71,8 @@ void AdamW::update_group(const ParamGroup& group, const Tensors& params, const T
                             .beta2 = beta2,
                             .eps = o.eps,
                             .amsgrad = o.amsgrad,
-                            .maximize = o.maximize});
+                            .maximize = o.maximize},
+                           steps, found_inf);
 }
 
 TensorDict AdamW::options_state() const {

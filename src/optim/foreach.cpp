@@ -96,16 +96,29 @@ bool check_flat(const char* op, const Tensors& xs) {
   return !xs.empty();
 }
 
+// found_inf, when given, is a 0-dim f32 on `device`.
+void check_flag(const char* op, const char* what, const Tensor& t, const Device& device,
+                DType dtype = DType::f32) {
+  if (!t.defined()) return;
+  DDP_CHECK_T(DeviceError, t.device() == device, "foreach {}: {} is {}, expected it on {}", op,
+              what, t.describe(), device.str());
+  DDP_CHECK(t.dim() == 0 && t.dtype() == dtype && t.is_contiguous(),
+            "foreach {}: {} must be a 0-dim {} tensor, got {}", op, what, dtype_name(dtype),
+            t.describe());
+}
+
 }  // namespace
 
 void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
-              const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s) {
+              const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s,
+              const Tensor& found_inf) {
   check_list("sgd_step", "params", params, params, false);
   check_list("sgd_step", "grads", grads, params, false);
   check_list("sgd_step", "momentum buffers", bufs, params, true);
   DDP_CHECK(fresh.empty() || fresh.size() == params.size(),
             "foreach sgd_step: {} fresh flags for {} parameters", fresh.size(), params.size());
   if (params.empty()) return;
+  check_flag("sgd_step", "found_inf", found_inf, params[0].device());
   NoGradGuard no_grad;
   const Device device = params[0].device();
   for (const auto& [dtype, idx] : by_dtype(params)) {
@@ -113,7 +126,7 @@ void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
     Tensors p = staged.stage(pick(params, idx)), b = staged.stage(pick(bufs, idx));
     Tensors g = contiguous(pick(grads, idx));
     std::vector<uint8_t> f = pick(fresh, idx);
-    kernels::call<kernels::foreach_sgd_step>(device, p, g, b, f, s);
+    kernels::call<kernels::foreach_sgd_step>(device, p, g, b, f, s, found_inf);
     staged.finish();
   }
 }
@@ -121,7 +134,7 @@ void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
 void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
                 const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
                 const std::vector<kernels::AdamWTensorScalars>& per_tensor,
-                const kernels::AdamWScalars& s) {
+                const kernels::AdamWScalars& s, const Tensors& steps, const Tensor& found_inf) {
   check_list("adamw_step", "params", params, params, false);
   check_list("adamw_step", "grads", grads, params, false);
   check_list("adamw_step", "exp_avgs", exp_avgs, params, false);
@@ -129,10 +142,15 @@ void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_
   check_list("adamw_step", "max_exp_avg_sqs", max_exp_avg_sqs, params, !s.amsgrad);
   DDP_CHECK(s.amsgrad || max_exp_avg_sqs.empty(),
             "foreach adamw_step: max_exp_avg_sqs given without amsgrad");
-  DDP_CHECK(per_tensor.size() == params.size(),
-            "foreach adamw_step: {} bias corrections for {} parameters", per_tensor.size(),
-            params.size());
+  DDP_CHECK(steps.empty() ? per_tensor.size() == params.size()
+                           : per_tensor.empty() && steps.size() == params.size(),
+            "foreach adamw_step: {} bias corrections and {} step counts for {} parameters; "
+            "expected one of the two per parameter",
+            per_tensor.size(), steps.size(), params.size());
   if (params.empty()) return;
+  check_flag("adamw_step", "found_inf", found_inf, params[0].device());
+  for (const Tensor& t : steps)
+    check_flag("adamw_step", "a step count", t, params[0].device(), DType::f64);
   NoGradGuard no_grad;
   const Device device = params[0].device();
   for (const auto& [dtype, idx] : by_dtype(params)) {
@@ -142,7 +160,8 @@ void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_
             vmax = staged.stage(pick(max_exp_avg_sqs, idx));
     Tensors g = contiguous(pick(grads, idx));
     auto t = pick(per_tensor, idx);
-    kernels::call<kernels::foreach_adamw_step>(device, p, g, m, v, vmax, t, s);
+    Tensors counts = pick(steps, idx);
+    kernels::call<kernels::foreach_adamw_step>(device, p, g, m, v, vmax, t, counts, s, found_inf);
     staged.finish();
   }
 }
@@ -163,6 +182,29 @@ bool mul_(const Tensors& xs, double factor, bool check_finite) {
   const bool found = kernels::call<kernels::foreach_mul>(xs[0].device(), c, factor, check_finite);
   staged.finish();
   return found;
+}
+
+void unscale_(const Tensors& xs, const Tensor& scale, const Tensor& found_inf) {
+  if (!check_flat("unscale_", xs)) return;
+  DDP_CHECK(scale.defined() && found_inf.defined(),
+            "foreach unscale_: the scale and the found_inf flag must be defined");
+  check_flag("unscale_", "scale", scale, xs[0].device());
+  check_flag("unscale_", "found_inf", found_inf, xs[0].device());
+  NoGradGuard no_grad;
+  Staged staged;
+  Tensors c = staged.stage(xs);
+  kernels::call<kernels::foreach_unscale>(xs[0].device(), c, scale, found_inf);
+  staged.finish();
+}
+
+void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                   const kernels::ScaleUpdate& u) {
+  DDP_CHECK(scale.defined() && growth_tracker.defined() && found_inf.defined(),
+            "foreach update_scale_: scale, growth_tracker and found_inf must be defined");
+  check_flag("update_scale_", "scale", scale, scale.device());
+  check_flag("update_scale_", "growth_tracker", growth_tracker, scale.device(), DType::i64);
+  check_flag("update_scale_", "found_inf", found_inf, scale.device());
+  kernels::call<kernels::amp_update_scale>(scale.device(), scale, growth_tracker, found_inf, u);
 }
 
 }  // namespace ddp::optim::multi_tensor

@@ -36,15 +36,23 @@ namespace ddp::optim::multi_tensor {
 // One SGD step (ddp/optim/sgd.h) of every params[k] with grads[k]. bufs:
 // the momentum buffers (empty when momentum == 0); fresh[k] != 0 marks a
 // buffer created for this step, which starts as the gradient.
+// found_inf (optional; 0-dim f32 on the parameters' device): GradScaler's
+// flag; a nonzero value skips the step on the device, with no host read
+// (Note [GradScaler without host syncs] in src/amp/grad_scaler.cpp).
 void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
-              const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s);
+              const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s,
+              const Tensor& found_inf = {});
 
 // One AdamW step (ddp/optim/adamw.h); max_exp_avg_sqs is empty without
-// amsgrad; per_tensor[k] holds params[k]'s bias corrections.
+// amsgrad; per_tensor[k] holds params[k]'s bias corrections, or, when steps
+// is non-empty (and per_tensor empty), steps[k] is params[k]'s step count as
+// a 0-dim f64 on the parameters' device, counted and used on the device.
+// found_inf as for sgd_step (a skipped step is not counted).
 void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_avgs,
                 const Tensors& exp_avg_sqs, const Tensors& max_exp_avg_sqs,
                 const std::vector<kernels::AdamWTensorScalars>& per_tensor,
-                const kernels::AdamWScalars& s);
+                const kernels::AdamWScalars& s, const Tensors& steps = {},
+                const Tensor& found_inf = {});
 
 // Σ |x|^p over all elements of all tensors (p > 0 finite), or max |x| for
 // p = inf; NaN when an element is NaN. One pass over the data; reading the
@@ -55,5 +63,16 @@ double pow_sum(const Tensors& xs, double p);
 // whether any element was inf or NaN before the multiplication (reading the
 // flag back waits for the device); otherwise returns false without waiting.
 bool mul_(const Tensors& xs, double factor, bool check_finite);
+
+// GradScaler's unscale with no host sync: x *= f32(1 / f64(scale)) for every
+// tensor and found_inf = 1 if any element was inf or NaN (else unchanged).
+// scale, found_inf: 0-dim f32 on the tensors' device.
+void unscale_(const Tensors& xs, const Tensor& scale, const Tensor& found_inf);
+
+// GradScaler's scale update on tensors (kernels::update_scale): scale (0-dim
+// f32) and growth_tracker (0-dim i64) in place from found_inf (0-dim f32),
+// all on one device, with no host sync.
+void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                   const kernels::ScaleUpdate& u);
 
 }  // namespace ddp::optim::multi_tensor

@@ -49,6 +49,29 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr
 }
 
 void Optimizer::step() {
+  found_inf_ = Tensor();
+  step_groups();
+}
+
+void Optimizer::step(const Tensor& found_inf) {
+  DDP_CHECK(skips_on_device(),
+            "{}.step(found_inf): this optimizer cannot skip its step on the device; call "
+            "step() after reading the flag",
+            name_);
+  DDP_CHECK(found_inf.defined() && found_inf.dim() == 0 && found_inf.dtype() == DType::f32,
+            "{}.step(found_inf): found_inf must be a 0-dim f32 tensor, got {}", name_,
+            found_inf.defined() ? found_inf.describe() : "an undefined tensor");
+  found_inf_ = found_inf;
+  try {
+    step_groups();
+  } catch (...) {
+    found_inf_ = Tensor();
+    throw;
+  }
+  found_inf_ = Tensor();
+}
+
+void Optimizer::step_groups() {
   NoGradGuard no_grad;
   size_t i = 0;
   for (const ParamGroup& group : groups_) {

@@ -28,6 +28,19 @@ void SGD::update_group(const ParamGroup& group, const Tensors& params, const Ten
   const SGDOptions& o = options_;
   Tensors bufs;
   std::vector<uint8_t> fresh;
+  Tensor found_inf = step_found_inf();
+  if (o.momentum != 0 && found_inf.defined()) {
+    // A new momentum buffer starts as the step's gradient, so it cannot be
+    // made by a step that may be skipped on the device (it would stay
+    // unwritten, yet no longer be new). Only then, once per buffer, the
+    // flag is read on the host (Note [GradScaler without host syncs]).
+    bool any_fresh = false;
+    for (TensorDict* st : states) any_fresh = any_fresh || st->find("momentum_buffer") == nullptr;
+    if (any_fresh) {
+      if (found_inf.item<float>() != 0.0f) return;  // skipped: nothing to create
+      found_inf = Tensor();
+    }
+  }
   if (o.momentum != 0) {
     for (size_t k = 0; k < params.size(); ++k) {
       // A new buffer is filled by the step itself (it starts as the
@@ -45,7 +58,8 @@ void SGD::update_group(const ParamGroup& group, const Tensors& params, const Ten
                             .momentum = o.momentum,
                             .dampening = o.dampening,
                             .nesterov = o.nesterov,
-                            .maximize = o.maximize});
+                            .maximize = o.maximize},
+                           found_inf);
   } catch (...) {
     // Buffers created for this step were never written: drop them.
     for (size_t k = 0; k < fresh.size(); ++k)

@@ -30,8 +30,9 @@ const std::set<std::string> kCpuKernels = {
     "max_pool2d_forward",     "max_pool2d_backward",     "max_pool2d_forward_nhwc",
     "max_pool2d_backward_nhwc", "layer_norm_forward",
     "layer_norm_backward",    "foreach_sgd_step",        "foreach_adamw_step",
-    "foreach_pow_sum",        "foreach_mul",             "embedding_forward",
-    "embedding_backward",     "cross_entropy_forward",   "cross_entropy_backward"};
+    "foreach_pow_sum",        "foreach_mul",             "foreach_unscale",
+    "amp_update_scale",       "embedding_forward",       "embedding_backward",
+    "cross_entropy_forward",  "cross_entropy_backward"};
 
 TEST(KernelRegistry, TheCpuHasEveryCpuKernel) {
   EXPECT_EQ(registered_for(DeviceType::CPU), kCpuKernels);
@@ -53,12 +54,16 @@ TEST(KernelRegistry, CudaRegistrationsFollowTheBuild) {
                                     "foreach_sgd_step",
                                     "foreach_adamw_step",  "foreach_pow_sum",
                                     "foreach_mul",         "linear_forward",
+                                    "foreach_unscale",     "amp_update_scale",
+                                    "linear_gelu_forward", "linear_backward_weight",
+                                    "linear_cache_stats",
                                     "max_pool2d_forward_nhwc", "max_pool2d_backward_nhwc",
                                     "embedding_forward",   "embedding_backward",
                                     "cross_entropy_forward", "cross_entropy_backward"};
 #if DDP_HAVE_CUDNN
   for (const char* op : {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weight",
-                         "conv2d_cache_stats", "batch_norm_train_forward",
+                         "conv2d_cache_stats", "conv2d_bias_relu_forward",
+                         "batch_norm_train_forward",
                          "batch_norm_eval_forward", "batch_norm_backward"})
     expected.insert(op);
 #endif

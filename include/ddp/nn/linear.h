@@ -15,6 +15,9 @@ class Linear : public UnaryModule {
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
   // ShapeError naming this module when x is not [..., in_features].
   Tensor forward(const Tensor& x) override;
+  // gelu(forward(x), "tanh") as one fused op (functional::linear_gelu: on
+  // CUDA one cuBLASLt GEMM with a bias + GELU epilogue); same checks.
+  Tensor forward_gelu(const Tensor& x);
   std::string extra_repr() const override;
 
   int64_t in_features() const { return in_; }
@@ -23,6 +26,7 @@ class Linear : public UnaryModule {
   Tensor weight, bias;  // bias undefined without one
 
  private:
+  void check_input(const Tensor& x) const;  // ShapeError naming this module
   int64_t in_, out_;
 };
 

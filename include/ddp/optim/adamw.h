@@ -7,7 +7,12 @@
 //   v'  = amsgrad ? (vmax = max(vmax, v)) : v
 //   p   = p - lr / (1 - beta1^t) * m / (sqrt(v') / sqrt(1 - beta2^t) + eps)
 // State: "step" (0-dim f64), "exp_avg", "exp_avg_sq" and, with amsgrad,
-// "max_exp_avg_sq" (like the parameter).
+// "max_exp_avg_sq" (like the parameter). "step" lives on the host, where the
+// bias corrections are computed, until a step(found_inf) (GradScaler on a
+// GPU) moves it to the parameter's device: a skipped step must not count,
+// and only the device knows whether it was skipped, so from then on the
+// count and the bias corrections stay on the device (as torch's fused
+// AdamW keeps "step" on the device).
 
 #include <array>
 
@@ -29,6 +34,7 @@ class AdamW : public Optimizer {
   explicit AdamW(std::vector<ParamGroup> groups, double lr = 1e-3, AdamWOptions options = {});
 
   const AdamWOptions& options() const { return options_; }
+  bool skips_on_device() const override { return true; }
 
  protected:
   void update_group(const ParamGroup& group, const Tensors& params, const Tensors& grads,

@@ -61,6 +61,17 @@ class Optimizer {
   // One update of every parameter that has a gradient (an undefined .grad
   // is skipped, like torch), in place and under no-grad.
   void step();
+  // step() that skips itself on the device when the device flag found_inf
+  // (a 0-dim f32 on the parameters' device, nonzero = skip) is set, without
+  // the host reading it: GradScaler's path without host syncs (Note
+  // [GradScaler without host syncs] in src/amp/grad_scaler.cpp). Only an
+  // optimizer whose skips_on_device() is true takes it (ValueError
+  // otherwise); a flag on another device than a parameter is a DeviceError.
+  void step(const Tensor& found_inf);
+  // Whether step(found_inf) is supported: SGD and AdamW, whose fused kernels
+  // read the flag; false for others (e.g. ZeRO-1, which must OR the flag
+  // across ranks on the host first).
+  virtual bool skips_on_device() const { return false; }
   // Clears every parameter's gradient (set_to_none) or zeroes it in place.
   void zero_grad(bool set_to_none = true);
 
@@ -108,8 +119,13 @@ class Optimizer {
   // The names a non-empty state of one parameter must have exactly, under
   // the current options.
   virtual std::vector<std::string> state_names() const = 0;
+  // During step(found_inf), the flag that update_group passes to its fused
+  // kernels; undefined during step().
+  const Tensor& step_found_inf() const { return found_inf_; }
 
  private:
+  void step_groups();
+  Tensor found_inf_;
   std::string name_;
   std::vector<ParamGroup> groups_;
   std::vector<TensorDict> state_;  // by parameter number

@@ -25,6 +25,7 @@ class SGD : public Optimizer {
   SGD(std::vector<ParamGroup> groups, double lr, SGDOptions options = {});
 
   const SGDOptions& options() const { return options_; }
+  bool skips_on_device() const override { return true; }
 
  protected:
   void update_group(const ParamGroup& group, const Tensors& params, const Tensors& grads,

@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "ddp/core/error.h"
-#include "ddp/nn/functional/activation.h"
 #include "ddp/nn/init.h"
 #include "ddp/tensor/ops.h"
 
@@ -18,7 +17,8 @@ GPTMLP::GPTMLP(int64_t n_embd, double p, bool bias) : UnaryModule("GPTMLP") {
 }
 
 Tensor GPTMLP::forward(const Tensor& x) {
-  return dropout->forward(c_proj->forward(functional::gelu(c_fc->forward(x), "tanh")));
+  // c_fc and the tanh GELU as one op: one fused GEMM on CUDA (Note [linear_gelu]).
+  return dropout->forward(c_proj->forward(c_fc->forward_gelu(x)));
 }
 
 GPTBlock::GPTBlock(const GPTConfig& c) : UnaryModule("GPTBlock") {

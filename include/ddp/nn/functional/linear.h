@@ -1,11 +1,17 @@
 #pragma once
 // y = x · weightᵀ + bias, like torch.nn.functional.linear, for x of any
-// leading shape [..., in], weight [out, in], bias [out] or undefined.
+// leading shape [..., in], weight [out, in], bias [out] or undefined; and
+// linear_gelu, the same followed by the tanh-approximated GELU in one op.
 //
-// CPU (and, until the cuBLASLt path lands, CUDA): x is viewed as a
-// [rows, in] matrix, multiplied by weightᵀ with the matmul op and the bias is
-// added; autograd derives the backward from those two ops (dX = dY·W,
-// dW = dYᵀ·X, db = Σ_rows dY).
+// CPU: x is viewed as a [rows, in] matrix, multiplied by weightᵀ with the
+// matmul op and the bias is added (then gelu(·, "tanh") for linear_gelu);
+// autograd derives the backward from those ops (dX = dY·W, dW = dYᵀ·X,
+// db = Σ_rows dY). CUDA: one cuBLASLt call with a fused epilogue (bias, or
+// bias + GELU saving the pre-activation), whose backward computes dW and db
+// in one GEMM (Note [cuBLASLt linear] in src/nn/functional/linear_cuda.cpp);
+// cases cuBLASLt declines take the CPU's composition on the GPU.
+
+#include <cstdint>
 
 #include "ddp/tensor/tensor.h"
 
@@ -14,5 +20,19 @@ namespace ddp::nn::functional {
 // ShapeError when x's last dim differs from weight's in-features, DTypeError
 // for non-floating or mixed dtypes, DeviceError for mixed devices.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// gelu(linear(x, weight, bias), "tanh"), with the same checks and errors
+// (naming "linear_gelu"). Autocast treats it as linear (lower precision);
+// see Note [linear_gelu] in src/nn/functional/linear.cpp.
+Tensor linear_gelu(const Tensor& x, const Tensor& weight, const Tensor& bias = {});
+
+// How often the CUDA linear kernels found their cuBLASLt plan (descriptors
+// and algorithm) already made: process-wide counts for tests and tuning;
+// entries is the cache's current size. All zero on a device without a plan
+// cache (the CPU).
+struct LinearCacheStats {
+  int64_t entries = 0, hits = 0, misses = 0;
+};
+LinearCacheStats linear_cache_stats(DeviceType device);
 
 }  // namespace ddp::nn::functional
