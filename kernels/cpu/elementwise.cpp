@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/parallel.h"
 #include "cpu/convert.h"
 #include "cpu/kernels.h"
 #include "cpu/strided.h"
@@ -30,11 +31,15 @@ In<T> in_of(const Tensor& t) {
 // out[i] = f(in0[i], in1[i], ...) over out's shape. f takes storage values
 // and returns OutT. The unit-stride branch is the vectorizable fast path; two
 // inputs also get one for "one side is a broadcast scalar" (x * 0.5 etc.).
+// Elements per thread below which a map stays on the calling thread: waking
+// the second thread costs a few microseconds, about 16K float adds.
+constexpr int64_t kParallelGrain = 32768;
+
 template <class OutT, class F, class... Ts, size_t... I>
 void map_impl(std::index_sequence<I...>, const Tensor& out, F& f, const In<Ts>&... ins) {
   constexpr size_t N = sizeof...(Ts) + 1;
   OutT* o = ptr<OutT>(out);
-  for_each_run_in_memory_order<N>(out.shape(), {ins.strides..., &out.strides()}, [&](const RunInfo<N>& r) {
+  auto body = [&](const RunInfo<N>& r) {
     OutT* y = o + r.offset[N - 1];
     const int64_t n = r.length;
     if (all_unit(r)) {
@@ -59,7 +64,25 @@ void map_impl(std::index_sequence<I...>, const Tensor& out, F& f, const In<Ts>&.
     }
     const int64_t os = r.stride[N - 1];
     for (int64_t i = 0; i < n; ++i) y[i * os] = f(ins.p[r.offset[I] + i * r.stride[I]]...);
-  });
+  };
+  // Note [CPU flat operands]: a dense output whose inputs share its layout
+  // (or are broadcast scalars) is one flat run, split over the threads.
+  const Shape& shape = out.shape();
+  const int64_t numel = out.numel();
+  if (parallel_threads(numel, kParallelGrain) > 1 && is_dense(shape, out.strides()) &&
+      ((same_walk(shape, *ins.strides, out.strides()) || all_zero(*ins.strides)) && ...)) {
+    const std::array<int64_t, N - 1> step{(all_zero(*ins.strides) ? int64_t(0) : int64_t(1))...};
+    parallel_for(numel, kParallelGrain, [&](int64_t begin, int64_t end) {
+      RunInfo<N> r;
+      for (size_t k = 0; k + 1 < N; ++k) r.offset[k] = begin * step[k], r.stride[k] = step[k];
+      r.offset[N - 1] = begin;
+      r.stride[N - 1] = 1;
+      r.length = end - begin;
+      body(r);
+    });
+    return;
+  }
+  for_each_run_in_memory_order<N>(shape, {ins.strides..., &out.strides()}, body);
 }
 template <class OutT, class F, class... Ts>
 void map(const Tensor& out, F f, const In<Ts>&... ins) {
