@@ -109,6 +109,23 @@ void unary_op(const char* name, const Tensor& in, const Tensor& out) {
 // for the one it does not keep. It is read as a broadcast zero here.
 template <class Fn, class T>
 void unary_backward_kernel(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  // The usual case keeps only one of x and y (relu, exp): map over the two
+  // defined operands, so the loop stays on the unit-stride (vectorized, flat)
+  // paths instead of walking a stride-0 zero as a third operand.
+  if (x.defined() != y.defined()) {
+    const Tensor& kept = x.defined() ? x : y;
+    const bool kept_is_x = x.defined();
+    if (kept_is_x) {
+      map<T>(
+          dx, [](T xv, T dyv) { return store<T>(Fn::backward(load(xv), load(T{}), load(dyv))); },
+          in_of<T>(kept), in_of<T>(dy));
+    } else {
+      map<T>(
+          dx, [](T yv, T dyv) { return store<T>(Fn::backward(load(T{}), load(yv), load(dyv))); },
+          in_of<T>(kept), in_of<T>(dy));
+    }
+    return;
+  }
   static const T kZero{};
   const Shape zeros(dx.shape().size(), 0);
   auto maybe = [&](const Tensor& t) -> In<T> {
