@@ -28,13 +28,23 @@ In<T> in_of(const Tensor& t) {
   return {ptr<const T>(t), &t.strides()};
 }
 
+// Elements per thread below which a map stays on the calling thread (waking
+// the second thread is not free; 32K floats are 128 KiB per operand).
+constexpr int64_t kParallelGrain = 32768;
+
+// True when a flat input read at index i while out is written at index i
+// is safe in any order: the same memory as out (in place) or no overlap. An
+// input shifted against out inside one buffer keeps the serial walk.
+template <class T, class OutT>
+bool flat_safe(const In<T>& in, const OutT* out, int64_t numel) {
+  const auto* a = reinterpret_cast<const char*>(in.p);
+  const auto* b = reinterpret_cast<const char*>(out);
+  return a == b || a + numel * int64_t(sizeof(T)) <= b || b + numel * int64_t(sizeof(OutT)) <= a;
+}
+
 // out[i] = f(in0[i], in1[i], ...) over out's shape. f takes storage values
 // and returns OutT. The unit-stride branch is the vectorizable fast path; two
 // inputs also get one for "one side is a broadcast scalar" (x * 0.5 etc.).
-// Elements per thread below which a map stays on the calling thread: waking
-// the second thread costs a few microseconds, about 16K float adds.
-constexpr int64_t kParallelGrain = 32768;
-
 template <class OutT, class F, class... Ts, size_t... I>
 void map_impl(std::index_sequence<I...>, const Tensor& out, F& f, const In<Ts>&... ins) {
   constexpr size_t N = sizeof...(Ts) + 1;
@@ -70,7 +80,9 @@ void map_impl(std::index_sequence<I...>, const Tensor& out, F& f, const In<Ts>&.
   const Shape& shape = out.shape();
   const int64_t numel = out.numel();
   if (parallel_threads(numel, kParallelGrain) > 1 && is_dense(shape, out.strides()) &&
-      ((same_walk(shape, *ins.strides, out.strides()) || all_zero(*ins.strides)) && ...)) {
+      ((all_zero(*ins.strides) ||
+        (same_walk(shape, *ins.strides, out.strides()) && flat_safe(ins, o, numel))) &&
+       ...)) {
     const std::array<int64_t, N - 1> step{(all_zero(*ins.strides) ? int64_t(0) : int64_t(1))...};
     parallel_for(numel, kParallelGrain, [&](int64_t begin, int64_t end) {
       RunInfo<N> r;

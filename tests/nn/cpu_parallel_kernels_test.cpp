@@ -177,6 +177,19 @@ TEST(ParallelElementwise, MatchesOneThreadAndTheScalarLoop) {
   for (size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], va[i] > 0 ? vb[i] : 0.0f) << i;
 }
 
+// An in-place op whose input is the output shifted by one element inside the
+// same buffer is read in the serial order on any thread count.
+TEST(ParallelElementwise, ShiftedOverlapKeepsTheSerialOrder) {
+  constexpr int64_t n = 200000;
+  auto run = [&] {
+    Tensor buf = Tensor::ones({n + 1});
+    Tensor out = buf.narrow(0, 1, n), in = buf.narrow(0, 0, n);
+    out.add_(in);
+    return buf;
+  };
+  expect_same_on_one_and_two_threads(run, "add_ of a shifted view");
+}
+
 TEST(ParallelElementwise, CopiesKeepEveryElement) {
   Generator gen(22);
   Tensor a = randn({8, 64, 30, 30}, {}, &gen);
