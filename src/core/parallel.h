@@ -13,7 +13,10 @@
 // runtime is loaded, when only one thread is allowed (set_num_threads(1):
 // one thread per rank in the multi-rank trainers, so no oversubscription),
 // when it is already inside a parallel region, or when the range is too
-// small to pay for waking the team (fewer than 2 * grain items).
+// small to pay for waking the team (fewer than 2 * grain items), or when
+// the environment sets DDP_CPU_PARALLEL_KERNELS=0 (oneDNN keeps its threads;
+// for machines so oversubscribed that waiting for a second thread costs
+// more than it saves, docs/benchmarks.md "Profile").
 // Each thread gets one contiguous chunk, so kernels whose items are
 // independent (every output element written by exactly one item) give
 // bit-identical results for any thread count. An exception thrown by fn on

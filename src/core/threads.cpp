@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "core/parallel.h"
+#include "ddp/core/env.h"
 #include "ddp/core/error.h"
 
 namespace ddp {
@@ -73,6 +74,9 @@ int parallel_threads(int64_t n, int64_t grain) {
   const OpenMp& omp = openmp();
   if (!omp.usable() || omp.in_parallel()) return 1;
   const int64_t by_size = n / std::max<int64_t>(grain, 1);
+  if (by_size < 2) return 1;
+  // Read per large loop (not cached) so that a process can switch it.
+  if (!env_bool("DDP_CPU_PARALLEL_KERNELS", true)) return 1;
   return int(std::max<int64_t>(1, std::min<int64_t>(omp.max_threads(), by_size)));
 }
 

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -84,6 +85,19 @@ TEST(ParallelFor, SmallRangesOneThreadAndNestingStayOnTheCaller) {
   parallel_for(4000, 1000,
                [&](int64_t, int64_t) { nested_threads.fetch_add(parallel_threads(1 << 20, 1)); });
   if (openmp_loaded()) EXPECT_EQ(nested_threads.load(), 2);
+}
+
+TEST(ParallelFor, EnvironmentSwitchKeepsLoopsOnTheCaller) {
+  ThreadsScope threads(2);
+  ASSERT_EQ(setenv("DDP_CPU_PARALLEL_KERNELS", "0", 1), 0);
+  EXPECT_EQ(parallel_threads(1 << 20, 1000), 1);
+  std::set<std::thread::id> ids;
+  parallel_for(1 << 20, 1000, [&](int64_t, int64_t) { ids.insert(std::this_thread::get_id()); });
+  EXPECT_EQ(ids, std::set<std::thread::id>{std::this_thread::get_id()});
+  ASSERT_EQ(setenv("DDP_CPU_PARALLEL_KERNELS", "maybe", 1), 0);
+  EXPECT_THROW(parallel_threads(1 << 20, 1000), ValueError);
+  ASSERT_EQ(unsetenv("DDP_CPU_PARALLEL_KERNELS"), 0);
+  if (openmp_loaded()) EXPECT_EQ(parallel_threads(1 << 20, 1000), 2);
 }
 
 TEST(ParallelFor, RethrowsAnErrorFromAnyThread) {
