@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/parallel.h"
 #include "cpu/convert.h"
 #include "cpu/kernels.h"
 #include "cpu/strided.h"
@@ -12,12 +13,15 @@ namespace ddp::cpu_kernels {
 
 namespace {
 
+// Elements per thread below which a copy stays on the calling thread.
+constexpr int64_t kCopyGrain = 65536;
+
 template <class S, class D>
 void copy_kernel(const Tensor& src, const Tensor& dst) {
   const S* s = ptr<const S>(src);
   D* d = ptr<D>(dst);
   const std::array<const Shape*, 2> strides{&src.strides(), &dst.strides()};
-  for_each_run_in_memory_order<2>(dst.shape(), strides, [&](const RunInfo<2>& r) {
+  auto body = [&](const RunInfo<2>& r) {
     const S* sp = s + r.offset[0];
     D* dp = d + r.offset[1];
     const int64_t n = r.length;
@@ -34,7 +38,18 @@ void copy_kernel(const Tensor& src, const Tensor& dst) {
     }
     const int64_t ss = r.stride[0], ds = r.stride[1];
     for (int64_t i = 0; i < n; ++i) dp[i * ds] = cast_to<D>(sp[i * ss]);
-  });
+  };
+  // Note [CPU flat operands]: same dense layout on both sides is one flat
+  // run, split over the threads (Note [CPU parallel loops]).
+  const int64_t numel = dst.numel();
+  if (parallel_threads(numel, kCopyGrain) > 1 && is_dense(dst.shape(), dst.strides()) &&
+      same_walk(dst.shape(), src.strides(), dst.strides())) {
+    parallel_for(numel, kCopyGrain, [&](int64_t begin, int64_t end) {
+      body(RunInfo<2>{{begin, begin}, {1, 1}, end - begin});
+    });
+    return;
+  }
+  for_each_run_in_memory_order<2>(dst.shape(), strides, body);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/parallel.h"
 #include "cpu/convert.h"
 #include "cpu/kernels.h"
 #include "cpu/strided.h"
@@ -27,6 +28,20 @@ In<T> in_of(const Tensor& t) {
   return {ptr<const T>(t), &t.strides()};
 }
 
+// Elements per thread below which a map stays on the calling thread (waking
+// the second thread is not free; 32K floats are 128 KiB per operand).
+constexpr int64_t kParallelGrain = 32768;
+
+// True when a flat input read at index i while out is written at index i
+// is safe in any order: the same memory as out (in place) or no overlap. An
+// input shifted against out inside one buffer keeps the serial walk.
+template <class T, class OutT>
+bool flat_safe(const In<T>& in, const OutT* out, int64_t numel) {
+  const auto* a = reinterpret_cast<const char*>(in.p);
+  const auto* b = reinterpret_cast<const char*>(out);
+  return a == b || a + numel * int64_t(sizeof(T)) <= b || b + numel * int64_t(sizeof(OutT)) <= a;
+}
+
 // out[i] = f(in0[i], in1[i], ...) over out's shape. f takes storage values
 // and returns OutT. The unit-stride branch is the vectorizable fast path; two
 // inputs also get one for "one side is a broadcast scalar" (x * 0.5 etc.).
@@ -34,7 +49,7 @@ template <class OutT, class F, class... Ts, size_t... I>
 void map_impl(std::index_sequence<I...>, const Tensor& out, F& f, const In<Ts>&... ins) {
   constexpr size_t N = sizeof...(Ts) + 1;
   OutT* o = ptr<OutT>(out);
-  for_each_run_in_memory_order<N>(out.shape(), {ins.strides..., &out.strides()}, [&](const RunInfo<N>& r) {
+  auto body = [&](const RunInfo<N>& r) {
     OutT* y = o + r.offset[N - 1];
     const int64_t n = r.length;
     if (all_unit(r)) {
@@ -59,7 +74,27 @@ void map_impl(std::index_sequence<I...>, const Tensor& out, F& f, const In<Ts>&.
     }
     const int64_t os = r.stride[N - 1];
     for (int64_t i = 0; i < n; ++i) y[i * os] = f(ins.p[r.offset[I] + i * r.stride[I]]...);
-  });
+  };
+  // Note [CPU flat operands]: a dense output whose inputs share its layout
+  // (or are broadcast scalars) is one flat run, split over the threads.
+  const Shape& shape = out.shape();
+  const int64_t numel = out.numel();
+  if (parallel_threads(numel, kParallelGrain) > 1 && is_dense(shape, out.strides()) &&
+      ((all_zero(*ins.strides) ||
+        (same_walk(shape, *ins.strides, out.strides()) && flat_safe(ins, o, numel))) &&
+       ...)) {
+    const std::array<int64_t, N - 1> step{(all_zero(*ins.strides) ? int64_t(0) : int64_t(1))...};
+    parallel_for(numel, kParallelGrain, [&](int64_t begin, int64_t end) {
+      RunInfo<N> r;
+      for (size_t k = 0; k + 1 < N; ++k) r.offset[k] = begin * step[k], r.stride[k] = step[k];
+      r.offset[N - 1] = begin;
+      r.stride[N - 1] = 1;
+      r.length = end - begin;
+      body(r);
+    });
+    return;
+  }
+  for_each_run_in_memory_order<N>(shape, {ins.strides..., &out.strides()}, body);
 }
 template <class OutT, class F, class... Ts>
 void map(const Tensor& out, F f, const In<Ts>&... ins) {
@@ -86,6 +121,23 @@ void unary_op(const char* name, const Tensor& in, const Tensor& out) {
 // for the one it does not keep. It is read as a broadcast zero here.
 template <class Fn, class T>
 void unary_backward_kernel(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  // The usual case keeps only one of x and y (relu, exp): map over the two
+  // defined operands, so the loop stays on the unit-stride (vectorized, flat)
+  // paths instead of walking a stride-0 zero as a third operand.
+  if (x.defined() != y.defined()) {
+    const Tensor& kept = x.defined() ? x : y;
+    const bool kept_is_x = x.defined();
+    if (kept_is_x) {
+      map<T>(
+          dx, [](T xv, T dyv) { return store<T>(Fn::backward(load(xv), load(T{}), load(dyv))); },
+          in_of<T>(kept), in_of<T>(dy));
+    } else {
+      map<T>(
+          dx, [](T yv, T dyv) { return store<T>(Fn::backward(load(T{}), load(yv), load(dyv))); },
+          in_of<T>(kept), in_of<T>(dy));
+    }
+    return;
+  }
   static const T kZero{};
   const Shape zeros(dx.shape().size(), 0);
   auto maybe = [&](const Tensor& t) -> In<T> {

@@ -1,15 +1,27 @@
 // max_pool2d on the CPU; the contract is in kernels/kernel_list.h.
 
-#include "kernel_list.h"
-
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
+#include "core/parallel.h"
 #include "ddp/core/error.h"
+#include "kernel_list.h"
 
 namespace ddp::cpu_kernels {
 
 namespace {
+
+// Note [Parallel max_pool2d]
+// Every loop below is split over disjoint output slices (planes, or NHWC
+// rows of one image) with parallel_for (Note [CPU parallel loops]); the
+// backward scatter is split by plane or image, whose dx slices do not
+// overlap, so results do not depend on the thread count. Below about 32K
+// output elements a loop stays on the calling thread.
+constexpr int64_t kPoolGrainElements = 32768;
+int64_t grain_for(int64_t elements_per_item) {
+  return std::max<int64_t>(1, kPoolGrainElements / std::max<int64_t>(1, elements_per_item));
+}
 
 template <class T>
 void forward(const Tensor& x, Int2 k, Int2 s, Int2 p, Int2 d, const Tensor& y,
@@ -19,31 +31,33 @@ void forward(const Tensor& x, Int2 k, Int2 s, Int2 p, Int2 d, const Tensor& y,
   const T* px = x.data<T>();
   T* py = y.data<T>();
   int64_t* pi = indices.data<int64_t>();
-  for (int64_t pl = 0; pl < planes; ++pl) {
-    const T* plane = px + pl * h * w;
-    for (int64_t i = 0; i < oh; ++i)
-      for (int64_t j = 0; j < ow; ++j) {
-        T best = T(-INFINITY);
-        int64_t arg = -1;
-        for (int64_t a = 0; a < k.h; ++a) {
-          const int64_t r = i * s.h - p.h + a * d.h;
-          if (r < 0 || r >= h) continue;
-          for (int64_t b = 0; b < k.w; ++b) {
-            const int64_t c = j * s.w - p.w + b * d.w;
-            if (c < 0 || c >= w) continue;
-            const T v = plane[r * w + c];
-            if (arg < 0 || v > best || std::isnan(v)) {
-              best = v;
-              arg = r * w + c;
-              if (std::isnan(v)) break;
+  parallel_for(planes, grain_for(oh * ow), [&](int64_t first, int64_t last) {
+    for (int64_t pl = first; pl < last; ++pl) {
+      const T* plane = px + pl * h * w;
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          T best = T(-INFINITY);
+          int64_t arg = -1;
+          for (int64_t a = 0; a < k.h; ++a) {
+            const int64_t r = i * s.h - p.h + a * d.h;
+            if (r < 0 || r >= h) continue;
+            for (int64_t b = 0; b < k.w; ++b) {
+              const int64_t c = j * s.w - p.w + b * d.w;
+              if (c < 0 || c >= w) continue;
+              const T v = plane[r * w + c];
+              if (arg < 0 || v > best || std::isnan(v)) {
+                best = v;
+                arg = r * w + c;
+                if (std::isnan(v)) break;
+              }
             }
           }
+          const int64_t o = (pl * oh + i) * ow + j;
+          py[o] = best;
+          pi[o] = arg;
         }
-        const int64_t o = (pl * oh + i) * ow + j;
-        py[o] = best;
-        pi[o] = arg;
-      }
-  }
+    }
+  });
 }
 
 template <class T>
@@ -53,12 +67,14 @@ void backward(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
   const T* pdy = dy.data<T>();
   const int64_t* pi = indices.data<int64_t>();
   T* pdx = dx.data<T>();
-  for (int64_t i = 0; i < dx.numel(); ++i) pdx[i] = T(0);
-  for (int64_t pl = 0; pl < planes; ++pl)
-    for (int64_t o = 0; o < ohw; ++o) {
-      const int64_t idx = pi[pl * ohw + o];
-      if (idx >= 0) pdx[pl * hw + idx] += pdy[pl * ohw + o];
-    }
+  parallel_for(planes, grain_for(hw), [&](int64_t first, int64_t last) {
+    for (int64_t i = first * hw; i < last * hw; ++i) pdx[i] = T(0);
+    for (int64_t pl = first; pl < last; ++pl)
+      for (int64_t o = 0; o < ohw; ++o) {
+        const int64_t idx = pi[pl * ohw + o];
+        if (idx >= 0) pdx[pl * hw + idx] += pdy[pl * ohw + o];
+      }
+  });
 }
 
 // Note [Channels-last max_pool2d]
@@ -80,8 +96,10 @@ void forward_nhwc(const Tensor& x, Int2 k, Int2 s, Int2 p, Int2 d, const Tensor&
   const T* px = x.data<T>();
   T* py = y.data<T>();
   int64_t* pi = indices.data<int64_t>();
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t i = 0; i < oh; ++i)
+  // One item per output row of one image: items [first, last) are rows.
+  parallel_for(n * oh, grain_for(ow * channels), [&](int64_t first, int64_t last) {
+    for (int64_t row = first; row < last; ++row) {
+      const int64_t b = row / oh, i = row % oh;
       for (int64_t j = 0; j < ow; ++j) {
         T* best = py + b * ys[0] + i * ys[2] + j * ys[3];
         int64_t* arg = pi + b * is[0] + i * is[2] + j * is[3];
@@ -103,6 +121,8 @@ void forward_nhwc(const Tensor& x, Int2 k, Int2 s, Int2 p, Int2 d, const Tensor&
           }
         }
       }
+    }
+  });
 }
 
 template <class T>
@@ -113,18 +133,22 @@ void backward_nhwc(const Tensor& dy, const Tensor& indices, const Tensor& dx) {
   const T* pdy = dy.data<T>();
   const int64_t* pi = indices.data<int64_t>();
   T* pdx = dx.data<T>();
-  for (int64_t e = 0; e < dx.numel(); ++e) pdx[e] = T(0);  // dense: numel elements from pdx
-  for (int64_t b = 0; b < n; ++b)
-    for (int64_t i = 0; i < oh; ++i)
-      for (int64_t j = 0; j < ow; ++j) {
-        const T* g = pdy + b * gs[0] + i * gs[2] + j * gs[3];
-        const int64_t* arg = pi + b * is[0] + i * is[2] + j * is[3];
-        T* out = pdx + b * xs[0];
-        for (int64_t c = 0; c < channels; ++c) {
-          const int64_t idx = arg[c * is[1]];
-          if (idx >= 0) out[(idx / w) * xs[2] + (idx % w) * xs[3] + c * xs[1]] += g[c * gs[1]];
+  parallel_for(dx.numel(), kPoolGrainElements, [&](int64_t first, int64_t last) {
+    for (int64_t e = first; e < last; ++e) pdx[e] = T(0);  // dense: numel elements from pdx
+  });
+  parallel_for(n, grain_for(oh * ow * channels), [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b)
+      for (int64_t i = 0; i < oh; ++i)
+        for (int64_t j = 0; j < ow; ++j) {
+          const T* g = pdy + b * gs[0] + i * gs[2] + j * gs[3];
+          const int64_t* arg = pi + b * is[0] + i * is[2] + j * is[3];
+          T* out = pdx + b * xs[0];
+          for (int64_t c = 0; c < channels; ++c) {
+            const int64_t idx = arg[c * is[1]];
+            if (idx >= 0) out[(idx / w) * xs[2] + (idx % w) * xs[3] + c * xs[1]] += g[c * gs[1]];
+          }
         }
-      }
+  });
 }
 
 void check_float(const Tensor& t) {

@@ -26,6 +26,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "ddp/tensor/backend.h"
 
@@ -178,6 +179,46 @@ void for_each_run_in_memory_order(const Shape& shape, const std::array<const Sha
   std::array<const Shape*, N> ptrs;
   for (size_t k = 0; k < N; ++k) ptrs[k] = &sorted_strides[k];
   for_each_run<N>(sorted_shape, ptrs, body);
+}
+
+// Note [CPU flat operands]
+// A tensor is "dense" when its elements fill numel consecutive slots from
+// data_ptr() in some dim order (contiguous, channels-last, any permutation
+// without gaps). Operands that are dense with the same strides as the
+// output (size-1 dims aside) line up element for element in memory, so an
+// element-wise kernel may treat them as flat arrays and split the flat
+// range over threads (Note [CPU parallel loops]).
+inline bool is_dense(const Shape& shape, const Shape& strides) {
+  std::array<std::pair<int64_t, int64_t>, kMaxDims> dims{};  // (stride, size)
+  size_t nd = 0;
+  for (size_t d = 0; d < shape.size(); ++d) {
+    if (shape[d] == 0) return true;
+    if (shape[d] == 1) continue;
+    if (nd == dims.size()) return false;
+    dims[nd++] = {strides[d], shape[d]};
+  }
+  std::sort(dims.begin(), dims.begin() + nd, [](auto a, auto b) { return a.first > b.first; });
+  int64_t expected = 1;
+  for (size_t d = nd; d-- > 0;) {
+    if (dims[d].first != expected) return false;
+    expected *= dims[d].second;
+  }
+  return true;
+}
+
+// True when `strides` walks `shape` exactly like `like` does (size-1 dims,
+// whose stride is never used, aside).
+inline bool same_walk(const Shape& shape, const Shape& strides, const Shape& like) {
+  for (size_t d = 0; d < shape.size(); ++d)
+    if (shape[d] != 1 && strides[d] != like[d]) return false;
+  return true;
+}
+
+// True when every stride is 0 (a broadcast scalar).
+inline bool all_zero(const Shape& strides) {
+  for (int64_t s : strides)
+    if (s != 0) return false;
+  return true;
 }
 
 // True when every stride of the run is 1 (the vectorizable case).

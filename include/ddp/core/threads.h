@@ -3,8 +3,9 @@
 //
 // Note [CPU threads]
 // libddp's CPU work runs on thread pools it does not own: oneDNN's
-// convolutions on the OpenMP runtime, matmuls on OpenBLAS's pool (libddp's
-// own element-wise kernels run on the calling thread). set_num_threads()
+// convolutions on the OpenMP runtime, matmuls on OpenBLAS's pool, and
+// libddp's own element-wise, copy and max_pool2d kernels on the same OpenMP
+// team when one is loaded (Note [CPU parallel loops]). set_num_threads()
 // sizes both, so that N ranks on one machine can split its cores (the
 // example trainers give each rank cores / local ranks). The setters are
 // looked up at run time: libddp does not link OpenMP itself (oneDNN brings
