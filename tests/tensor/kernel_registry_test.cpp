@@ -32,7 +32,9 @@ const std::set<std::string> kCpuKernels = {
     "layer_norm_backward",    "foreach_sgd_step",        "foreach_adamw_step",
     "foreach_pow_sum",        "foreach_mul",             "foreach_unscale",
     "amp_update_scale",       "embedding_forward",       "embedding_backward",
-    "cross_entropy_forward",  "cross_entropy_backward"};
+    "cross_entropy_forward",  "cross_entropy_backward",
+    "batch_norm_add_relu_train_forward", "batch_norm_add_relu_eval_forward",
+    "batch_norm_add_relu_backward"};
 
 TEST(KernelRegistry, TheCpuHasEveryCpuKernel) {
   EXPECT_EQ(registered_for(DeviceType::CPU), kCpuKernels);
@@ -64,7 +66,9 @@ TEST(KernelRegistry, CudaRegistrationsFollowTheBuild) {
   for (const char* op : {"conv2d_forward", "conv2d_backward_data", "conv2d_backward_weight",
                          "conv2d_cache_stats", "conv2d_bias_relu_forward",
                          "batch_norm_train_forward",
-                         "batch_norm_eval_forward", "batch_norm_backward"})
+                         "batch_norm_eval_forward", "batch_norm_backward",
+                         "batch_norm_add_relu_train_forward", "batch_norm_add_relu_eval_forward",
+                         "batch_norm_add_relu_backward"})
     expected.insert(op);
 #endif
   EXPECT_EQ(cuda, expected);
