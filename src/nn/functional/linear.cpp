@@ -15,7 +15,10 @@
 //   input);
 // - backward: dh = gelu'(h)·dy in one elementwise kernel (the GELU's own
 //   derivative, as the unary op's backward), dX = dh·W (cuBLAS), and
-//   dW = dhᵀ·X with db = Σ_rows dh in one GEMM (BGRADB).
+//   dW = dhᵀ·X with db = Σ_rows dh in one GEMM (BGRADB). When the next
+//   layer is a linear too (GPT's c_proj), linear_gelu_linear folds gelu'
+//   and db into that layer's backward GEMM instead (Note
+//   [linear_gelu_linear]).
 // The CPU, and cases cuBLASLt declines (out not a multiple of 8, f64),
 // compose linear and gelu("tanh"), so the values agree with the composition
 // up to rounding. Like linear's fused path and the elementwise ops, the

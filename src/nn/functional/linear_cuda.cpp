@@ -47,7 +47,9 @@
 // descriptor, the three layouts and the chosen algorithm (or the fact that
 // there is none, so a declined case is not asked again). The key holds
 // every input of the heuristic: the alignments, because the heuristic
-// picks algorithms by the pointers it is shown. The per-call pointers
+// picks algorithms by the pointers it is shown; the epilogue, so the
+// DGELU_BGRAD GEMM of linear_gelu_linear's backward is a plan of its own
+// even where a plain GEMM has the same shape. The per-call pointers
 // (bias, aux) are attributes of the cached descriptor, so a plan's mutex is
 // held from setting them until cublasLtMatmul has queued the work (which
 // reads the descriptor only while queuing); different plans run in
