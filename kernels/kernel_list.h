@@ -191,6 +191,14 @@ DDP_DECLARE_KERNEL(linear_gelu_forward, bool,
 // contiguous. false: nothing written, the frontend composes.
 DDP_DECLARE_KERNEL(linear_backward_weight, bool,
                    (const Tensor& dy, const Tensor& x, const Tensor& dw, const Tensor& db))
+// The backward-data GEMM of a linear that consumes a tanh GELU, with the
+// GELU's derivative and bias gradient fused (Note [linear_gelu_linear]):
+// dh [rows, hid] = (dz [rows, out] · w [out, hid]) ∘ gelu_tanh'(h [rows, hid])
+// and, when db [hid] is defined, db = Σ_rows dh from the same GEMM; one
+// dtype, contiguous. false: nothing written, the frontend composes.
+DDP_DECLARE_KERNEL(linear_dgelu_bgrad, bool,
+                   (const Tensor& dz, const Tensor& w, const Tensor& h, const Tensor& dh,
+                    const Tensor& db))
 // The backend's GEMM plan cache (Note [cuBLASLt plan cache]).
 DDP_DECLARE_KERNEL(linear_cache_stats, PlanCacheStats, ())
 

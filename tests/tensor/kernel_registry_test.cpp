@@ -57,7 +57,7 @@ TEST(KernelRegistry, CudaRegistrationsFollowTheBuild) {
                                     "foreach_adamw_step",  "foreach_pow_sum",
                                     "foreach_mul",         "linear_forward",
                                     "foreach_unscale",     "amp_update_scale",
-                                    "linear_gelu_forward", "linear_backward_weight",
+                                    "linear_gelu_forward", "linear_backward_weight", "linear_dgelu_bgrad",
                                     "linear_cache_stats",
                                     "max_pool2d_forward_nhwc", "max_pool2d_backward_nhwc",
                                     "embedding_forward",   "embedding_backward",

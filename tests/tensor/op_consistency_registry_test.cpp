@@ -34,7 +34,7 @@ std::vector<std::string> exposed_ops() {
            "scatter_add", "one_hot", "transpose_copy", "cast", "inplace_arithmetic",
            // nn (ddp/nn/functional/*.h)
            "conv2d", "to_channels_last", "batch_norm_train", "batch_norm_running_stats", "batch_norm_eval", "max_pool2d",
-           "adaptive_avg_pool2d", "layer_norm", "linear", "linear_gelu", "functional_gelu", "dropout",
+           "adaptive_avg_pool2d", "layer_norm", "linear", "linear_gelu", "linear_gelu_linear", "functional_gelu", "dropout",
            "embedding", "cross_entropy", "mse_loss", "scaled_dot_product_attention",
            "scaled_dot_product_attention_causal", "scaled_dot_product_attention_half",
            "conv2d_bias_relu",

@@ -1,5 +1,5 @@
-// The CUDA kernels of linear and linear_gelu: cuBLASLt matmuls with fused
-// epilogues, through a cache of plans.
+// The CUDA kernels of linear, linear_gelu and linear_gelu_linear's backward:
+// cuBLASLt matmuls with fused epilogues, through a cache of plans.
 //
 // Note [cuBLASLt linear]
 // y [rows, out] = x [rows, in] · wᵀ + b, all row-major and contiguous. cuBLASLt
@@ -25,12 +25,19 @@
 //   dWᵀ (in × out, ld = in) = x (in × rows) · op_T(dy stored out × rows);
 //   B's columns are the out features and its k dimension the rows, so the
 //   bias gradient db [out] = Σ_rows dy comes out of the same GEMM.
-// - DGELU_BGRAD is not used: it multiplies a GEMM's *output* by gelu'(h),
-//   so it belongs to the GEMM that produces dL/d(gelu output), which is the
-//   input-gradient GEMM of the layer that consumes the GELU (c_proj in the
-//   GPT MLP), not to any GEMM of linear_gelu itself, whose backward starts
-//   from that gradient as an input. linear_gelu's backward applies gelu'
-//   with one elementwise kernel and then takes BGRADB for dW and db.
+// - DGELU_BGRAD (DGELU without a bias): it multiplies a GEMM's *output* by
+//   gelu'(aux), so it belongs to the GEMM that produces dL/d(gelu output):
+//   the input-gradient GEMM of the layer that consumes the GELU (c_proj in
+//   the GPT MLP), not any GEMM of linear_gelu itself, whose backward starts
+//   from that gradient as an input (linear_gelu alone applies gelu' with
+//   one elementwise kernel, then BGRADB). The two-layer op
+//   linear_gelu_linear (Note [linear_gelu_linear] in linear.cpp) uses it:
+//   dh [rows, hid] = (dz [rows, out] · w2 [out, hid]) ∘ gelu'(h) is, column-
+//   major, dhᵀ (hid × rows, ld = hid) = w2 stored (hid × out, ld = hid) ·
+//   dz stored (out × rows, ld = out), no transposes; aux = the saved h with
+//   dh's layout (ld = hid, a multiple of 8), and the bias gradient, a vector
+//   of D's row count (hid) summed over D's columns (the rows), is
+//   db1 = Σ_rows dh.
 //
 // Note [cuBLASLt plan cache]
 // Creating the descriptors and asking the heuristic costs host time on
@@ -40,7 +47,9 @@
 // descriptor, the three layouts and the chosen algorithm (or the fact that
 // there is none, so a declined case is not asked again). The key holds
 // every input of the heuristic: the alignments, because the heuristic
-// picks algorithms by the pointers it is shown. The per-call pointers
+// picks algorithms by the pointers it is shown; the epilogue, so the
+// DGELU_BGRAD GEMM of linear_gelu_linear's backward is a plan of its own
+// even where a plain GEMM has the same shape. The per-call pointers
 // (bias, aux) are attributes of the cached descriptor, so a plan's mutex is
 // held from setting them until cublasLtMatmul has queued the work (which
 // reads the descriptor only while queuing); different plans run in
@@ -105,8 +114,8 @@ void set_pref(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t
 
 // One column-major GEMM as cuBLASLt sees it: D (m × n, ld ldd) = op(A) ·
 // op(B) with op(A) m × k and op(B) k × n, then the epilogue. bias is the
-// bias (BIAS, GELU_AUX_BIAS) or the bias gradient (BGRADB); aux the GELU
-// pre-activation (ld aux_ld).
+// bias (BIAS, GELU_AUX_BIAS) or the bias gradient (BGRADB, DGELU_BGRAD); aux
+// the GELU pre-activation (ld aux_ld), written forward and read by DGELU.
 struct Gemm {
   cublasOperation_t trans_a = CUBLAS_OP_N, trans_b = CUBLAS_OP_N;
   uint64_t m = 0, n = 0, k = 0;
@@ -170,10 +179,11 @@ PlanCache& plan_cache() {
 
 bool uses_bias(cublasLtEpilogue_t e) {
   return e == CUBLASLT_EPILOGUE_BIAS || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
-         e == CUBLASLT_EPILOGUE_BGRADB;
+         e == CUBLASLT_EPILOGUE_BGRADB || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
 }
 bool uses_aux(cublasLtEpilogue_t e) {
-  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+  return e == CUBLASLT_EPILOGUE_GELU_AUX || e == CUBLASLT_EPILOGUE_GELU_AUX_BIAS ||
+         e == CUBLASLT_EPILOGUE_DGELU || e == CUBLASLT_EPILOGUE_DGELU_BGRAD;
 }
 
 void set_pointers(const Plan& plan, const Gemm& g) {
@@ -358,6 +368,30 @@ bool cublaslt_linear_backward_weight(const Tensor& dy, const Tensor& x, const Te
   return run_gemm(g, x.dtype(), x.device().index);
 }
 
+// dh = (dz·w2) ∘ gelu'(h), and db = Σ_rows dh when db is defined, in one
+// GEMM with the DGELU(_BGRAD) epilogue (Note [cuBLASLt linear]).
+bool cublaslt_linear_dgelu_bgrad(const Tensor& dz, const Tensor& w2, const Tensor& h,
+                                 const Tensor& dh, const Tensor& db) {
+  const int64_t rows = dz.size(0), out = dz.size(1), hid = w2.size(1);
+  if (rows == 0 || out == 0 || hid == 0) return false;  // the composed path fills zeros
+  if (hid % 8 != 0) return false;                       // the aux ld must be a multiple of 8
+  Gemm g;
+  g.m = uint64_t(hid);
+  g.n = uint64_t(rows);
+  g.k = uint64_t(out);
+  g.lda = hid;
+  g.ldb = out;
+  g.ldd = hid;
+  g.a = w2.data_ptr();
+  g.b = dz.data_ptr();
+  g.d = dh.data_ptr();
+  g.aux = h.data_ptr();
+  g.aux_ld = hid;
+  g.epilogue = db.defined() ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+  g.bias = db.defined() ? db.data_ptr() : nullptr;
+  return run_gemm(g, dz.dtype(), dz.device().index);
+}
+
 kernels::PlanCacheStats cublaslt_cache_stats() {
   PlanCache& c = plan_cache();
   std::lock_guard<std::mutex> lock(c.mu);
@@ -371,6 +405,7 @@ kernels::PlanCacheStats cublaslt_cache_stats() {
 DDP_REGISTER_KERNEL(linear_forward, CUDA, cublaslt_linear)
 DDP_REGISTER_KERNEL(linear_gelu_forward, CUDA, cublaslt_linear_gelu)
 DDP_REGISTER_KERNEL(linear_backward_weight, CUDA, cublaslt_linear_backward_weight)
+DDP_REGISTER_KERNEL(linear_dgelu_bgrad, CUDA, cublaslt_linear_dgelu_bgrad)
 DDP_REGISTER_KERNEL(linear_cache_stats, CUDA, cublaslt_cache_stats)
 
 }  // namespace ddp::nn::functional

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ddp/core/error.h"
+#include "ddp/nn/functional/linear.h"
 #include "ddp/nn/init.h"
 #include "ddp/tensor/ops.h"
 
@@ -16,9 +17,20 @@ GPTMLP::GPTMLP(int64_t n_embd, double p, bool bias) : UnaryModule("GPTMLP") {
   dropout = register_module("dropout", std::make_shared<Dropout>(p));
 }
 
+namespace {
+
+// c_proj(gelu(c_fc(x))) as one op: the MLP's dropout comes after c_proj, so
+// nothing sits between the two layers, and on CUDA c_proj's backward GEMM
+// also applies the GELU's derivative and gives c_fc's bias gradient (Note
+// [linear_gelu_linear]).
+Tensor fc_gelu_proj(const Linear& fc, const Linear& proj, const Tensor& x) {
+  return functional::linear_gelu_linear(x, fc.weight, fc.bias, proj.weight, proj.bias);
+}
+
+}  // namespace
+
 Tensor GPTMLP::forward(const Tensor& x) {
-  // c_fc and the tanh GELU as one op: one fused GEMM on CUDA (Note [linear_gelu]).
-  return dropout->forward(c_proj->forward(c_fc->forward_gelu(x)));
+  return dropout->forward(fc_gelu_proj(*c_fc, *c_proj, x));
 }
 
 GPTBlock::GPTBlock(const GPTConfig& c) : UnaryModule("GPTBlock") {
