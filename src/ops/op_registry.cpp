@@ -29,6 +29,14 @@ void add_tensor_op_infos(std::vector<OpInfo>& ops);  // op_registry_tensor_ops.c
 
 namespace op_samples {
 
+SampleFn signed_samples(std::vector<Shape> shapes) {
+  return [shapes = std::move(shapes)](DType dt, Device dev, Generator& gen) {
+    Tensors t;
+    for (const Shape& s : shapes) t.push_back(signed_values(s, dt, dev, gen));
+    return t;
+  };
+}
+
 Tensor signed_values(const Shape& shape, DType dt, Device dev, Generator& gen) {
   if (dt == DType::bool_) return lt(rand(shape, DType::f32, &gen), 0.5).to(dev);
   double lo = -2, hi = 2;

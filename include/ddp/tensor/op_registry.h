@@ -128,6 +128,12 @@ Tensor positive_values(const Shape& shape, DType dt, Device dev, Generator& gen)
 Tensor fixed_values(const std::vector<int64_t>& values, const Shape& shape, DType dt, Device dev);
 // A 0-element tensor that only carries the dtype and device to run().
 Tensor proto(DType dt, Device dev);
+// Zeros, for bad-input cases.
+inline Tensor zeros(const Shape& shape, Device dev, DType dt = DType::f32) {
+  return Tensor::zeros(shape, opts(dt, dev));
+}
+// A sample of signed_values tensors, one per shape, in order.
+SampleFn signed_samples(std::vector<Shape> shapes);
 
 OpInfo make(std::string name, std::vector<DType> dtypes, SampleFn sample, RunFn run,
             std::vector<int> grad_inputs = {});

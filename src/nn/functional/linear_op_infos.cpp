@@ -16,23 +16,11 @@ using namespace op_samples;
 const std::map<DType, double> kTolerance = {
     {DType::f64, 1e-10}, {DType::f32, 1e-4}, {DType::f16, 4e-3}, {DType::bf16, 2e-2}};
 
-Tensor zeros(const Shape& s, Device d, DType dt = DType::f32) {
-  return Tensor::zeros(s, opts(dt, d));
-}
-
-SampleFn floats(std::vector<Shape> shapes) {
-  return [=](DType dt, Device dev, Generator& gen) {
-    Tensors t;
-    for (const Shape& s : shapes) t.push_back(signed_values(s, dt, dev, gen));
-    return t;
-  };
-}
-
 void add_linear_op_infos(std::vector<OpInfo>& ops) {
   // out = 8 reaches the fused CUDA path (the GELU aux needs out % 8 == 0);
   // the 6-feature slice and the strided input take the composed one.
   OpInfo op = make(
-      "linear_gelu", kFloats, floats({{3, 4, 5}, {8, 5}, {8}}),
+      "linear_gelu", kFloats, signed_samples({{3, 4, 5}, {8, 5}, {8}}),
       [](const Tensors& in) {
         const Tensor &x = in[0], &w = in[1], &b = in[2];
         return Tensors{linear_gelu(x, w, b), linear_gelu(x, w),
@@ -40,7 +28,7 @@ void add_linear_op_infos(std::vector<OpInfo>& ops) {
       },
       {0, 1, 2});
   // A GPT-2 MLP's first layer: 4096 tokens (2 × 2048), 768 → 3072.
-  op.cuda_samples = {floats({{2, 2048, 768}, {3072, 768}, {3072}})};
+  op.cuda_samples = {signed_samples({{2, 2048, 768}, {3072, 768}, {3072}})};
   op.cuda_scaled_tolerance = kTolerance;
   op.bad_inputs = {
       bad_input<ShapeError>("in-features that differ", "linear_gelu",

@@ -26,8 +26,6 @@ SampleFn self_attention(int64_t b, int64_t h, int64_t t, int64_t d) {
   };
 }
 
-Tensor zeros(const Shape& s, Device d, DType dt) { return Tensor::zeros(s, opts(dt, d)); }
-
 std::vector<BadInputCase> half_bad_inputs() {
   auto t = [](Device d, int64_t len, int64_t dim, DType dt) {
     return zeros({1, 2, len, dim}, d, dt);

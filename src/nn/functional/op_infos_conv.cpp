@@ -25,7 +25,6 @@ const std::map<DType, double> kNormTolerance = {
     {DType::f64, 1e-10}, {DType::f32, 1e-4}, {DType::f16, 4e-3}, {DType::bf16, 2e-2}};
 
 Tensor contig(const Tensor& t) { return t.contiguous(); }
-Tensor zeros(const Shape& s, Device d, DType dt = DType::f32) { return Tensor::zeros(s, opts(dt, d)); }
 
 // x [N, C, H, W]; w [O, C/2, K, K] (groups 2) and b [O]; w1 [O1, C, K1, K1].
 SampleFn conv_sample(Shape x, Shape w, Shape w1) {

@@ -19,10 +19,6 @@ using namespace op_samples;
 const std::map<DType, double> kConvTolerance = {
     {DType::f64, 1e-10}, {DType::f32, 1e-4}, {DType::f16, 1e-2}, {DType::bf16, 4e-2}};
 
-Tensor zeros(const Shape& s, Device d, DType dt = DType::f32) {
-  return Tensor::zeros(s, opts(dt, d));
-}
-
 // x [N, C, H, W], w [O, C, K, K], b [O].
 SampleFn fused_sample(Shape x, Shape w) {
   return [=](DType dt, Device dev, Generator& gen) {

@@ -26,25 +26,15 @@ const std::map<DType, double> kDenseTolerance = {
 const std::map<DType, double> kAttentionTolerance = {
     {DType::f64, 1e-10}, {DType::f32, 1e-4}, {DType::f16, 1e-2}, {DType::bf16, 5e-2}};
 
-Tensor zeros(const Shape& s, Device d, DType dt = DType::f32) { return Tensor::zeros(s, opts(dt, d)); }
-
-SampleFn floats(std::vector<Shape> shapes) {
-  return [=](DType dt, Device dev, Generator& gen) {
-    Tensors t;
-    for (const Shape& s : shapes) t.push_back(signed_values(s, dt, dev, gen));
-    return t;
-  };
-}
-
 void add_linear_norm(std::vector<OpInfo>& ops) {
   OpInfo lin = make(
-      "linear", kFloats, floats({{3, 4, 5}, {6, 5}, {6}}),
+      "linear", kFloats, signed_samples({{3, 4, 5}, {6, 5}, {6}}),
       [](const Tensors& in) {
         const Tensor &x = in[0], &w = in[1], &b = in[2];
         return Tensors{linear(x, w, b), linear(x, w), linear(x.transpose(0, 1), w, b)};
       },
       {0, 1, 2});
-  lin.cuda_samples = {floats({{4, 256, 768}, {1024, 768}, {1024}})};  // a GPT MLP's first layer
+  lin.cuda_samples = {signed_samples({{4, 256, 768}, {1024, 768}, {1024}})};  // a GPT MLP's first layer
   lin.cuda_scaled_tolerance = kDenseTolerance;
   lin.bad_inputs = {
       bad_input<ShapeError>("in-features that differ", "linear",
@@ -59,7 +49,7 @@ void add_linear_norm(std::vector<OpInfo>& ops) {
   ops.push_back(std::move(lin));
 
   OpInfo ln = make(
-      "layer_norm", kFloats, floats({{4, 5, 6}, {6}, {6}}),
+      "layer_norm", kFloats, signed_samples({{4, 5, 6}, {6}, {6}}),
       [](const Tensors& in) {
         const Tensor &x = in[0], &w = in[1], &b = in[2];
         const int64_t cols = x.size(-1);
@@ -72,9 +62,9 @@ void add_linear_norm(std::vector<OpInfo>& ops) {
   // Then each path of Note [CUDA LayerNorm kernels]: GPT-2 at 4096 tokens
   // (warp rows, 16-byte vectors), a width no vector divides (elementwise),
   // and wide rows (a block per row, vectorised).
-  ln.cuda_samples = {floats({{8192, 768}, {768}, {768}}), floats({{65536, 64}, {64}, {64}}),
-                     floats({{4096, 768}, {768}, {768}}), floats({{512, 2050}, {2050}, {2050}}),
-                     floats({{256, 4096}, {4096}, {4096}})};
+  ln.cuda_samples = {signed_samples({{8192, 768}, {768}, {768}}), signed_samples({{65536, 64}, {64}, {64}}),
+                     signed_samples({{4096, 768}, {768}, {768}}), signed_samples({{512, 2050}, {2050}, {2050}}),
+                     signed_samples({{256, 4096}, {4096}, {4096}})};
   ln.cuda_scaled_tolerance = kDenseTolerance;
   ln.bad_inputs = {
       bad_input<ShapeError>("trailing dims that differ", "expected an input whose last dims are",
@@ -91,7 +81,7 @@ void add_linear_norm(std::vector<OpInfo>& ops) {
 void add_elementwise(std::vector<OpInfo>& ops) {
   // nn::functional::gelu: the exact form (the op gelu_erf) and the tanh form (gelu).
   OpInfo gelu_op = make(
-      "functional_gelu", kFloats, floats({{3, 4}}),
+      "functional_gelu", kFloats, signed_samples({{3, 4}}),
       [](const Tensors& in) {
         return Tensors{functional::gelu(in[0]), functional::gelu(in[0], "tanh"),
                        functional::gelu(in[0].t(), "none")};
@@ -107,7 +97,7 @@ void add_elementwise(std::vector<OpInfo>& ops) {
   // Deterministic by seed: each call draws its masks from a fresh generator,
   // and the counter-based RNG gives both devices the same masks.
   OpInfo drop = make(
-      "dropout", kFloats, floats({{4, 5}}),
+      "dropout", kFloats, signed_samples({{4, 5}}),
       [](const Tensors& in) {
         Generator g(1234);
         const Tensor& x = in[0];
@@ -230,7 +220,7 @@ void add_lookup_losses(std::vector<OpInfo>& ops) {
   ops.push_back(std::move(ce));
 
   OpInfo mse = make(
-      "mse_loss", kFloats, floats({{3, 4}, {3, 4}}),
+      "mse_loss", kFloats, signed_samples({{3, 4}, {3, 4}}),
       [](const Tensors& in) {
         return Tensors{mse_loss(in[0], in[1]), mse_loss(in[0], in[1], Reduction::sum),
                        mse_loss(in[0], in[1], Reduction::none)};
@@ -246,7 +236,7 @@ void add_lookup_losses(std::vector<OpInfo>& ops) {
 // on CUDA for f32/f16/bf16 (Note [Attention reference path]), so the CUDA
 // run compares the fused kernel with the CPU's reference path.
 SampleFn qkv(int64_t b, int64_t h, int64_t t, int64_t s, int64_t d) {
-  return floats({{b, h, t, d}, {b, h, s, d}, {b, h, s, d}});
+  return signed_samples({{b, h, t, d}, {b, h, s, d}, {b, h, s, d}});
 }
 
 std::vector<BadInputCase> attention_bad_inputs(bool causal) {

@@ -15,24 +15,12 @@ using namespace op_samples;
 const std::map<DType, double> kTolerance = {
     {DType::f64, 1e-10}, {DType::f32, 1e-4}, {DType::f16, 4e-3}, {DType::bf16, 2e-2}};
 
-Tensor zeros(const Shape& s, Device d, DType dt = DType::f32) {
-  return Tensor::zeros(s, opts(dt, d));
-}
-
-SampleFn floats(std::vector<Shape> shapes) {
-  return [=](DType dt, Device dev, Generator& gen) {
-    Tensors t;
-    for (const Shape& s : shapes) t.push_back(signed_values(s, dt, dev, gen));
-    return t;
-  };
-}
-
 void add_linear_gelu_linear_op_info(std::vector<OpInfo>& ops) {
   // hid = 8 reaches the fused CUDA path (forward GELU aux and the backward's
   // DGELU_BGRAD need hid % 8 == 0); the 6-wide hidden slice with a strided
   // input takes the composed one.
   OpInfo op = make(
-      "linear_gelu_linear", kFloats, floats({{3, 4, 5}, {8, 5}, {8}, {6, 8}, {6}}),
+      "linear_gelu_linear", kFloats, signed_samples({{3, 4, 5}, {8, 5}, {8}, {6, 8}, {6}}),
       [](const Tensors& in) {
         const Tensor &x = in[0], &w1 = in[1], &b1 = in[2], &w2 = in[3], &b2 = in[4];
         return Tensors{linear_gelu_linear(x, w1, b1, w2, b2), linear_gelu_linear(x, w1, {}, w2),
@@ -41,7 +29,7 @@ void add_linear_gelu_linear_op_info(std::vector<OpInfo>& ops) {
       },
       {0, 1, 2, 3, 4});
   // A GPT-2 MLP: 512 tokens, 768 → 3072 → 768.
-  op.cuda_samples = {floats({{512, 768}, {3072, 768}, {3072}, {768, 3072}, {768}})};
+  op.cuda_samples = {signed_samples({{512, 768}, {3072, 768}, {3072}, {768, 3072}, {768}})};
   op.cuda_scaled_tolerance = kTolerance;
   op.bad_inputs = {
       bad_input<ShapeError>("a w2 whose in-features are not w1's out-features",
