@@ -10,6 +10,9 @@
 #   tools/gpu_check.sh OUTDIR                 # on the GPU machine
 #   tools/gpu_check.sh --dry-run OUTDIR       # anywhere: configure + build, GPU steps skipped
 #   tools/gpu_check.sh --dry-run --no-build --build-dir build OUTDIR   # CI: an already-built tree
+#   tools/gpu_check.sh --prebuilt PACK [--dry-run] OUTDIR   # the short GPU-window
+#       check from tools/gpu_pack.sh's pack: no build there (tools/gpu_check/prebuilt.sh
+#       has its own options; docs/gpu-runs.md)
 #
 # Options:
 #   --dry-run          walk every step; those that need a GPU are skipped (after
@@ -26,6 +29,7 @@
 set -uo pipefail
 
 usage() { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+for a in "$@"; do [ "$a" = --prebuilt ] && exec bash "$(dirname "$0")/gpu_check/prebuilt.sh" "$@"; done
 
 DRY_RUN=0 NO_BUILD=0 BUILD_DIR="" BUNDLE="" DEPS_DIR=/tmp/ddp-gpu-deps JOBS="" BUDGET=1500 OUT=""
 BUILD_TIMEOUT=1200
@@ -62,20 +66,8 @@ B=$BUILD_DIR
 # of that mean between seeds of the f32 run.
 RESNET_LOSS_TOL=${RESNET_LOSS_TOL:-0.15}
 
-# ---- step bookkeeping ---------------------------------------------------------
-STEP_IDS=() STEP_RESULTS=() STEP_TIMES=() STEP_NOTES=() STEP_CMDS=()
-FIGURES=()      # "| name | value |" rows
+source "$ROOT/tools/gpu_check/common.sh"
 HAVE_GPU=0 GPU_REASON="not checked yet"
-
-record() {  # id result seconds note command
-  STEP_IDS+=("$1") STEP_RESULTS+=("$2") STEP_TIMES+=("$3") STEP_NOTES+=("$4") STEP_CMDS+=("$5")
-  printf 'gpu_check: %-24s %-8s %5ss  %s\n' "$1" "$2" "$3" "$4" >&2
-}
-figure() { FIGURES+=("| $1 | $2 |"); }
-result_of() {  # id -> its result ("" when it never ran)
-  local i
-  for i in "${!STEP_IDS[@]}"; do [ "${STEP_IDS[$i]}" = "$1" ] && { echo "${STEP_RESULTS[$i]}"; return; }; done
-}
 
 # run_step ID NEEDS_GPU TIMEOUT_S "FILES IT RUNS" COMMAND
 # Runs COMMAND with bash -c under `timeout`, its output in logs/ID.log. A GPU
@@ -118,26 +110,6 @@ check_step() {
   if eval "$cond"; then record "$id" passed 0 "$what" "$what"
   else record "$id" failed 0 "$what: does not hold" "$what"; fi
 }
-
-# JSON helpers (python3 is on every machine this runs on).
-json_get() {  # FILE KEY: the value, or "" (reads the last line that is a JSON object)
-  python3 - "$1" "$2" <<'PY' 2>/dev/null
-import json, sys
-value = None
-try:
-    lines = [l for l in open(sys.argv[1]) if l.strip().startswith("{")]
-    value = json.loads(lines[-1]).get(sys.argv[2]) if lines else None
-except OSError:
-    pass
-print("" if value is None else value)
-PY
-}
-json_first() {  # FILE KEY: the value in the first JSON line
-  python3 -c 'import json,sys
-l=[x for x in open(sys.argv[1]) if x.strip().startswith("{")]
-print(json.loads(l[0]).get(sys.argv[2], "") if l else "")' "$1" "$2" 2>/dev/null
-}
-calc() { python3 -c "import math; print($1)" 2>/dev/null; }
 
 # ---- 1. the dependency bundle ---------------------------------------------------
 export_bundle_paths() {
