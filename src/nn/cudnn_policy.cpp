@@ -99,8 +99,8 @@ std::string describe(const WorkspaceChoice& c) {
   out += " (out of memory)";
   if (c.unbuildable > 0) out += fmt::format("; {} later plan(s) could not be built", c.unbuildable);
   if (c.too_large > 0)
-    out += fmt::format("; {} later plan(s) need at least as much as a size that failed",
-                       c.too_large);
+    out +=
+        fmt::format("; {} later plan(s) need at least as much as a size that failed", c.too_large);
   return out;
 }
 
@@ -110,7 +110,8 @@ BiasPath conv_bias_path(bool has_bias, bool fused_graph_has_engine) {
 }
 
 Tensor conv_bias_grad(const Tensor& dy) {
-  DDP_CHECK(dy.defined() && dy.dim() >= 2, "conv2d bias gradient: dy must have a channel dim, got {}",
+  DDP_CHECK(dy.defined() && dy.dim() >= 2,
+            "conv2d bias gradient: dy must have a channel dim, got {}",
             dy.defined() ? dy.describe() : "an undefined tensor");
   autograd::NoGradGuard no_grad;
   std::vector<int64_t> dims{0};

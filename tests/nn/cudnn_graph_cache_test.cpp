@@ -4,6 +4,8 @@
 // stats summed over threads, an exited thread's shard taken over by the
 // next new thread, caches that die leaving no stale shard behind.
 
+#include "nn/cudnn_graph_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -13,8 +15,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include "nn/cudnn_graph_cache.h"
 
 namespace ddp {
 namespace {
@@ -31,13 +31,19 @@ Entry make(int v) { return {v, std::this_thread::get_id()}; }
 TEST(CudnnGraphCache, BuildsOncePerKeyAndCountsHits) {
   GraphCache<Entry> cache;
   int builds = 0;
-  auto builder = [&] { ++builds; return make(7); };
+  auto builder = [&] {
+    ++builds;
+    return make(7);
+  };
   auto a = cache.get_or_build("k", builder);
   auto b = cache.get_or_build("k", builder);
   EXPECT_EQ(builds, 1);
   EXPECT_EQ(a.get(), b.get());
   EXPECT_EQ(a->value, 7);
-  cache.get_or_build("other", [&] { ++builds; return make(8); });
+  cache.get_or_build("other", [&] {
+    ++builds;
+    return make(8);
+  });
   EXPECT_EQ(builds, 2);
   const kernels::PlanCacheStats s = cache.stats();
   EXPECT_EQ(s.entries, 2);
@@ -53,7 +59,10 @@ TEST(CudnnGraphCache, ABuilderThatThrowsCachesNothing) {
   EXPECT_EQ(cache.stats().entries, 0);
   EXPECT_EQ(cache.stats().misses, 1);
   int builds = 0;
-  cache.get_or_build("k", [&] { ++builds; return make(1); });
+  cache.get_or_build("k", [&] {
+    ++builds;
+    return make(1);
+  });
   EXPECT_EQ(builds, 1);
   EXPECT_EQ(cache.stats().entries, 1);
 }
@@ -71,10 +80,15 @@ TEST(CudnnGraphCache, ConcurrentThreadsEachBuildTheirOwn) {
     threads.emplace_back([&, t] {
       both_alive.arrive_and_wait();  // every thread holds its shard at once
       for (int i = 0; i < kCalls; ++i) {
-        auto e = cache->get_or_build("k", [&] { ++builds; return make(t); });
+        auto e = cache->get_or_build("k", [&] {
+          ++builds;
+          return make(t);
+        });
         if (e->built_on != std::this_thread::get_id()) ++foreign;
-        if (i == 0) first[size_t(t)] = e;
-        else if (e.get() != first[size_t(t)].get()) ++foreign;
+        if (i == 0)
+          first[size_t(t)] = e;
+        else if (e.get() != first[size_t(t)].get())
+          ++foreign;
       }
       EXPECT_EQ(cache->thread_stats().entries, 1);
       EXPECT_EQ(cache->thread_stats().hits, kCalls - 1);
@@ -84,7 +98,8 @@ TEST(CudnnGraphCache, ConcurrentThreadsEachBuildTheirOwn) {
   EXPECT_EQ(builds.load(), kThreads);
   EXPECT_EQ(foreign.load(), 0);
   for (int a = 0; a < kThreads; ++a)
-    for (int b = a + 1; b < kThreads; ++b) EXPECT_NE(first[size_t(a)].get(), first[size_t(b)].get());
+    for (int b = a + 1; b < kThreads; ++b)
+      EXPECT_NE(first[size_t(a)].get(), first[size_t(b)].get());
   const kernels::PlanCacheStats s = cache->stats();
   EXPECT_EQ(s.entries, kThreads);  // one graph per thread for the one key
   EXPECT_EQ(s.misses, kThreads);
@@ -99,7 +114,12 @@ TEST(CudnnGraphCache, ConcurrentThreadsEachBuildTheirOwn) {
 TEST(CudnnGraphCache, ANewThreadTakesOverAnExitedThreadsShard) {
   auto* cache = new GraphCache<Entry>;
   int builds = 0;  // threads run one after another
-  auto use = [&] { cache->get_or_build("k", [&] { ++builds; return make(1); }); };
+  auto use = [&] {
+    cache->get_or_build("k", [&] {
+      ++builds;
+      return make(1);
+    });
+  };
   std::thread(use).join();
   std::thread(use).join();
   std::thread(use).join();
@@ -125,7 +145,10 @@ TEST(CudnnGraphCache, ADeadCacheLeavesNothingBehind) {
   for (int round = 0; round < 8; ++round) {
     auto cache = std::make_unique<GraphCache<Entry>>();
     int builds = 0;
-    auto e = cache->get_or_build("k", [&] { ++builds; return make(round); });
+    auto e = cache->get_or_build("k", [&] {
+      ++builds;
+      return make(round);
+    });
     EXPECT_EQ(builds, 1) << "round " << round;
     EXPECT_EQ(e->value, round);
     EXPECT_EQ(cache->stats().entries, 1);

@@ -50,9 +50,12 @@ namespace cp = nn::cudnn_policy;
 
 double tolerance(DType dt) {
   switch (dt) {
-    case DType::f16: return 5e-3;
-    case DType::bf16: return 3e-2;
-    default: return 1e-4;
+    case DType::f16:
+      return 5e-3;
+    case DType::bf16:
+      return 3e-2;
+    default:
+      return 1e-4;
   }
 }
 
@@ -77,8 +80,8 @@ struct ConvResult {
   Tensor y, dx, dw, db;
 };
 
-ConvResult conv_step(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
-                     const Tensor& dy, const F::Conv2dParams& p) {
+ConvResult conv_step(const Tensor& x_in, const Tensor& w_in, const Tensor& b_in, const Tensor& dy,
+                     const F::Conv2dParams& p) {
   Tensor x = x_in.detach().set_requires_grad();
   Tensor w = w_in.detach().set_requires_grad();
   Tensor b = b_in.detach().set_requires_grad();
@@ -102,8 +105,8 @@ TEST(CudnnGraphGpu, ConvOnMisalignedViewsMatchesCpu) {
   for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
     for (bool nhwc : {false, true}) {
       for (int64_t off : {1, 3}) {
-        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << (nhwc ? " nhwc" : " nchw")
-                                          << " offset " << off);
+        SCOPED_TRACE(::testing::Message()
+                     << dtype_name(dt) << (nhwc ? " nhwc" : " nchw") << " offset " << off);
         const Device cuda = Device::cuda();
         Tensor xv = view_at_offset(x, off, cuda, dt, nhwc);
         Tensor wv = view_at_offset(w, off + 2, cuda, dt, nhwc);
@@ -178,15 +181,21 @@ TEST(CudnnGraphGpu, BatchNormOnMisalignedViewsMatchesCpu) {
     Tensor xv = off ? view_at_offset(x, off, dev, dt, nhwc) : x.to(dev, dt);
     if (!off && nhwc) xv = F::to_channels_last(xv);
     xv = xv.detach().set_requires_grad();
-    Tensor wv = (off ? view_at_offset(w, off, dev, DType::f32) : w.to(dev)).detach().set_requires_grad();
-    Tensor bv = (off ? view_at_offset(b, off + 1, dev, DType::f32) : b.to(dev)).detach().set_requires_grad();
-    Tensor rm = off ? view_at_offset(Tensor::zeros({c}), off, dev, DType::f32) : Tensor::zeros({c}).to(dev);
-    Tensor rv = off ? view_at_offset(Tensor::ones({c}), off + 2, dev, DType::f32) : Tensor::ones({c}).to(dev);
+    Tensor wv =
+        (off ? view_at_offset(w, off, dev, DType::f32) : w.to(dev)).detach().set_requires_grad();
+    Tensor bv = (off ? view_at_offset(b, off + 1, dev, DType::f32) : b.to(dev))
+                    .detach()
+                    .set_requires_grad();
+    Tensor rm =
+        off ? view_at_offset(Tensor::zeros({c}), off, dev, DType::f32) : Tensor::zeros({c}).to(dev);
+    Tensor rv = off ? view_at_offset(Tensor::ones({c}), off + 2, dev, DType::f32)
+                    : Tensor::ones({c}).to(dev);
     Tensor y = F::batch_norm(xv, rm, rv, wv, bv, training);
     Tensor g = dy.to(dev, dt);
     y.backward(nhwc ? F::to_channels_last(g) : g);
     auto host = [](const Tensor& t) { return t.cpu().to(DType::f32); };
-    return std::tuple{host(y), host(xv.grad()), host(wv.grad()), host(bv.grad()), host(rm), host(rv)};
+    return std::tuple{host(y),         host(xv.grad()), host(wv.grad()),
+                      host(bv.grad()), host(rm),        host(rv)};
   };
   for (bool training : {true, false}) {
     const auto want = run(Device::cpu(), DType::f32, false, 0, training);
@@ -218,10 +227,9 @@ TEST(CudnnGraphGpu, ConvBiasBf16ChannelsLast) {
   const F::Conv2dParams p{1, 1, 1, 1};
   const ConvResult want = conv_step(x, w, b, dy, p);
   const Device cuda = Device::cuda();
-  const ConvResult got =
-      conv_step(F::to_channels_last(x.to(cuda, DType::bf16)),
-                F::to_channels_last(w.to(cuda, DType::bf16)), b.to(cuda, DType::bf16),
-                F::to_channels_last(dy.to(cuda, DType::bf16)), p);
+  const ConvResult got = conv_step(
+      F::to_channels_last(x.to(cuda, DType::bf16)), F::to_channels_last(w.to(cuda, DType::bf16)),
+      b.to(cuda, DType::bf16), F::to_channels_last(dy.to(cuda, DType::bf16)), p);
   EXPECT_REL_NEAR(got.y, want.y, 3e-2);
   EXPECT_REL_NEAR(got.dx, want.dx, 6e-2);
   const std::vector<double> db_want = sum(dy.to(DType::f64), {0, 2, 3}).to_vector<double>();
@@ -310,8 +318,8 @@ TEST(CudnnGraphGpu, ConvRunsWithoutWorkspaceOrSaysWhy) {
     const Device cuda = Device::cuda();
     cp::ScopedWorkspaceLimit none(0);
     try {
-      const ConvResult got = conv_step(x.to(cuda, dt), w.to(cuda, dt), b.to(cuda, dt),
-                                       dy.to(cuda, dt), p);
+      const ConvResult got =
+          conv_step(x.to(cuda, dt), w.to(cuda, dt), b.to(cuda, dt), dy.to(cuda, dt), p);
       const double tol = tolerance(dt);
       EXPECT_REL_NEAR(got.y, want.y, tol);
       EXPECT_REL_NEAR(got.dx, want.dx, 2 * tol);

@@ -7,6 +7,8 @@
 //   with sums a 16-bit accumulator could not reach).
 // Run on CPU tensors; the GPU side is tests/nn/cudnn_fixes_gpu_test.cpp.
 
+#include "nn/cudnn_policy.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,7 +24,6 @@
 #include "ddp/nn/functional/conv.h"
 #include "ddp/tensor/generator.h"
 #include "ddp/tensor/ops.h"
-#include "nn/cudnn_policy.h"
 
 namespace ddp {
 namespace {
