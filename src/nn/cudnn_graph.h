@@ -17,16 +17,26 @@
 // stream, like every other scratch buffer. A case no engine supports is not
 // an error inside build(): build() returns the frontend's message and the
 // caller decides (fall back, or raise with the op's name).
-// Thread safety: the cache is locked for lookup and insertion only; a built
-// graph is executed from many threads at once, each with its own handle
-// (cudnn_util::handle()), as cuDNN's execution plans allow.
+// Pointers: every graph assumes 16-byte-aligned data pointers (the
+// frontend's default); callers stage misaligned operands through aligned
+// copies (Note [cuDNN pointer alignment] in src/nn/cudnn_policy.h). When
+// the chosen plan's workspace cannot be allocated, execute() runs the next
+// candidate plan whose workspace fits (Note [cuDNN workspace fallback]).
+// Thread safety: built graphs are never shared between threads. The cache
+// is per thread (Note [Per-thread graph caches] in
+// src/nn/cudnn_graph_cache.h): cuDNN does not promise that every engine's
+// execution plan may run from two threads at once, and execute() may build
+// further plans into a graph. Each thread executes its own graphs with its
+// own handle (cudnn_util::handle()); a thread's first call of a key builds
+// that key's graph on that thread (a thread that took over an exited
+// thread's shard reuses its graphs). Caches are leaked, never destroyed
+// (cuDNN's engine libraries may be unloaded by then).
 
 #include <cudnn_frontend.h>
 
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -34,6 +44,7 @@
 #include "ddp/core/dtype.h"
 #include "ddp/tensor/tensor.h"
 #include "kernel_list.h"
+#include "nn/cudnn_graph_cache.h"
 #include "nn/cudnn_util.h"
 
 namespace ddp::nn::cudnn_graph {
@@ -65,8 +76,13 @@ std::optional<std::string> build(fe::graph::Graph& graph, const char* op,
                                  const std::function<void(fe::graph::Graph&)>& filter);
 
 // Runs a built graph on the current stream with the tensors bound by uid,
-// with a workspace from the caching allocator.
-void execute(const fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& by_uid,
+// with a workspace from the caching allocator: the heuristics' plan, or,
+// when its workspace does not fit, the next candidate plan whose workspace
+// does (built into the graph on first need, hence the non-const graph);
+// OutOfMemoryError naming the plans tried when none fits. See Note [cuDNN
+// workspace fallback] in src/nn/cudnn_policy.h. Every pointer must be
+// 16-byte aligned (Note [cuDNN pointer alignment]).
+void execute(fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& by_uid,
              const Tensor& like, const char* op);
 
 // Appends a value to a cache key (fields separated, so "1,23" ≠ "12,3").
@@ -77,39 +93,7 @@ inline void key_add(std::string& key, int64_t v) {
 // dtype, dims and strides of t.
 void key_add(std::string& key, const Tensor& t);
 
-// Built graphs by key. `Entry` holds the graph and whatever the caller needs
-// beside it (uids, workspace size, a "not supported" verdict, ...). The
-// builder runs outside the lock; two threads racing on one new key both
-// build and the first insertion wins (harmless: graphs are immutable once
-// built).
-template <class Entry>
-class GraphCache {
- public:
-  std::shared_ptr<const Entry> get_or_build(const std::string& key,
-                                            const std::function<Entry()>& builder) {
-    {
-      std::lock_guard<std::mutex> g(mu_);
-      if (auto it = map_.find(key); it != map_.end()) {
-        ++stats_.hits;
-        return it->second;
-      }
-      ++stats_.misses;
-    }
-    auto built = std::make_shared<const Entry>(builder());
-    std::lock_guard<std::mutex> g(mu_);
-    auto [it, inserted] = map_.emplace(key, std::move(built));
-    stats_.entries = int64_t(map_.size());
-    return it->second;
-  }
-  kernels::PlanCacheStats stats() const {
-    std::lock_guard<std::mutex> g(mu_);
-    return stats_;
-  }
-
- private:
-  mutable std::mutex mu_;
-  std::unordered_map<std::string, std::shared_ptr<const Entry>> map_;
-  kernels::PlanCacheStats stats_{};
-};
+// GraphCache<Entry>: built graphs by key, one map per thread; see
+// src/nn/cudnn_graph_cache.h.
 
 }  // namespace ddp::nn::cudnn_graph

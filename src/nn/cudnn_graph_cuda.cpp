@@ -6,7 +6,11 @@
 
 #include "nn/cudnn_graph.h"
 
+#include <fmt/format.h>
+
 #include "ddp/core/error.h"
+#include "ddp/core/logging.h"
+#include "nn/cudnn_policy.h"
 
 namespace ddp::nn::cudnn_graph {
 
@@ -68,14 +72,62 @@ std::optional<std::string> build(fe::graph::Graph& graph, const char* op,
   return std::nullopt;
 }
 
-void execute(const fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& by_uid,
+namespace {
+
+// The heuristics' choice: build() built candidates in heuristic order and
+// stopped at the first that built, and execute() only ever builds later
+// ones, so it is the first built plan. (The graph's own "candidate" moves to
+// whichever plan was built last, so it is not asked.)
+int64_t first_built_plan(const fe::graph::Graph& graph, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t bytes = 0;
+    if (graph.get_workspace_size_plan_at_index(i, bytes).is_good()) return i;
+  }
+  return -1;
+}
+
+}  // namespace
+
+void execute(fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& by_uid,
              const Tensor& like, const char* op) {
-  int64_t bytes = 0;
-  check(graph.get_workspace_size(bytes), op, "querying the workspace size");
+  const int64_t count = graph.get_execution_plan_count();
+  const int64_t primary = first_built_plan(graph, count);
+  if (primary < 0) DDP_THROW(CudnnError, "{}: execution of a graph with no built plan", op);
+  // See Note [cuDNN workspace fallback] in src/nn/cudnn_policy.h.
   Tensor ws;
-  if (bytes > 0) ws = Tensor::empty({bytes}, TensorOptions(DType::u8).device(like.device()));
-  check(graph.execute(cudnn_util::handle(), by_uid, bytes > 0 ? ws.data_ptr() : nullptr), op,
-        "execution");
+  std::string oom;  // the allocator's last message
+  auto workspace_of = [&](int64_t i) -> std::optional<int64_t> {
+    int64_t bytes = 0;
+    if (graph.get_workspace_size_plan_at_index(i, bytes).is_good()) return bytes;
+    if (i == primary || graph.build_plan_at_index(i).is_bad()) return std::nullopt;
+    if (graph.get_workspace_size_plan_at_index(i, bytes).is_bad()) return std::nullopt;
+    return bytes;
+  };
+  auto try_allocate = [&](int64_t bytes) {
+    if (bytes > cudnn_policy::workspace_limit()) {
+      oom = fmt::format("refused by cudnn_policy::ScopedWorkspaceLimit({})",
+                        cudnn_policy::workspace_limit());
+      return false;
+    }
+    try {
+      ws = Tensor::empty({bytes}, TensorOptions(DType::u8).device(like.device()));
+      return true;
+    } catch (const OutOfMemoryError& e) {
+      oom = e.what();
+      return false;
+    }
+  };
+  const cudnn_policy::WorkspaceChoice choice =
+      cudnn_policy::choose_plan(primary, count, workspace_of, try_allocate);
+  if (choice.index < 0)
+    DDP_THROW(OutOfMemoryError, "{}: {}; the allocator's last answer: {}", op,
+              cudnn_policy::describe(choice), oom);
+  if (choice.index != primary)
+    DDP_LOG_DEBUG("{}: workspace fallback: plan {} instead of plan {} ({})", op, choice.index,
+                  primary, cudnn_policy::describe(choice));
+  check(graph.execute_plan_at_index(cudnn_util::handle(), by_uid,
+                                    ws.defined() ? ws.data_ptr() : nullptr, choice.index),
+        op, "execution");
 }
 
 }  // namespace ddp::nn::cudnn_graph

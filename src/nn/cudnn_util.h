@@ -1,10 +1,13 @@
 #pragma once
-// Internal helpers for the cuDNN-backed layers (conv_cuda.cpp,
-// batch_norm_cuda.cpp): per-thread handles bound to the current stream, RAII
-// descriptors, and dtype mapping. Only *_cuda.cpp files include this.
+// Internal helpers for the cuDNN-backed layers: per-thread handles bound to
+// the current stream (every cuDNN call, graph API included: cudnn_graph.h),
+// and the RAII descriptors and dtype mapping of the legacy calls. Only
+// *_cuda.cpp files include this.
 //
-// The layers use cuDNN's legacy (v7-style) API, which cuDNN 9 still ships but
-// marks deprecated; the deprecation warnings are silenced here, once.
+// The legacy batch-norm path (batch_norm_legacy_cuda.cpp) uses cuDNN's
+// legacy (v7-style) API, which cuDNN 9 still ships but marks deprecated; the
+// deprecation warnings are silenced here, once. Convolution uses the graph
+// API only (its bias included: Note [cuDNN convolution]).
 
 #if defined(__GNUC__)
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"

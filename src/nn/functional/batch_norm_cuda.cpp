@@ -20,6 +20,11 @@
 // The key is everything the plan depends on: the op, dims, strides and
 // dtypes of every data tensor, which optional tensors are present, eps and
 // momentum (they are pass-by-value scalars in the graph), and the device.
+// The graphs assume 16-byte-aligned pointers: every operand they bind, the
+// per-channel tensors included (a parameter may be a view into a flat
+// buffer), is staged through an aligned copy when it is not, before the key
+// is made (Note [cuDNN pointer alignment] in src/nn/cudnn_policy.h). The
+// cache is per thread and leaked (Note [Per-thread graph caches]).
 // A momentum that changes every step (BatchNorm2d's momentum = nullopt,
 // the cumulative average) would build a graph per step: past
 // kMaxMomenta distinct values a training forward uses the legacy call,
@@ -52,6 +57,7 @@
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
 #include "nn/cudnn_graph.h"
+#include "nn/cudnn_policy.h"
 #include "nn/functional/batch_norm_cuda_detail.h"
 #include "tensor/device_guard.h"
 
@@ -61,6 +67,7 @@ namespace {
 
 namespace fe = ::cudnn_frontend;
 namespace cg = ::ddp::nn::cudnn_graph;
+namespace cp = ::ddp::nn::cudnn_policy;
 using TensorAttr = std::shared_ptr<fe::graph::Tensor_attributes>;
 constexpr const char* kOp = "batch_norm (cuDNN graph)";
 constexpr size_t kMaxMomenta = 8;
@@ -77,9 +84,14 @@ struct BnGraph {
   std::string unsupported;
 };
 
+// Leaked on purpose, like conv's and attention's caches: a plain static
+// would be destroyed at exit, destroying its cuDNN graphs after cuDNN may
+// already have unloaded the engine libraries it loads lazily (a crash at
+// exit); PyTorch leaks its cuDNN caches for the same reason. See Note
+// [Per-thread graph caches] in src/nn/cudnn_graph_cache.h.
 cg::GraphCache<BnGraph>& cache() {
-  static cg::GraphCache<BnGraph> c;
-  return c;
+  static auto* c = new cg::GraphCache<BnGraph>;
+  return *c;
 }
 
 bool graph_dtype(DType dt) { return dt == DType::f32 || dt == DType::f16 || dt == DType::bf16; }
@@ -179,12 +191,18 @@ void add_relu_in_place(const Tensor& y, const Tensor& residual) {
 }
 
 // The training forward through a graph; false when there is none.
-bool graph_train_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+bool graph_train_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                          const Tensor& running_mean, const Tensor& running_var,
-                         const Tensor& residual, bool fused, double momentum, double eps,
-                         const Tensor& y, const Tensor& save_mean, const Tensor& save_invstd) {
+                         const Tensor& residual_in, bool fused, double momentum, double eps,
+                         const Tensor& y_in, const Tensor& save_mean_in,
+                         const Tensor& save_invstd_in) {
   const bool running = running_mean.defined() && running_var.defined();
-  if (!graph_dtype(x.dtype()) || (running && !momentum_has_graphs(momentum))) return false;
+  if (!graph_dtype(x_in.dtype()) || (running && !momentum_has_graphs(momentum))) return false;
+  // Note [cuDNN pointer alignment]: misaligned operands through aligned
+  // copies, before the key is made from them.
+  cp::AlignedOperands ops;
+  const Tensor x = ops.input(x_in), residual = ops.input(residual_in), y = ops.output(y_in);
+  const Tensor save_mean = ops.output(save_mean_in), save_invstd = ops.output(save_invstd_in);
   const int64_t c = x.size(1);
   const std::string key = key_of(fused ? "train_add_relu" : "train", {x, residual, y},
                                  {int64_t(fused), int64_t(running)}, {eps, running ? momentum : 0});
@@ -216,7 +234,8 @@ bool graph_train_forward(const Tensor& x, const Tensor& weight, const Tensor& bi
   // Per-channel tensors in f32 (Note [cuDNN batch norm dtypes]); the
   // running statistics' new values go to buffers of their own, then back.
   const Device dev = x.device();
-  Tensor scale = param(weight, DType::f32, c, 1.0, dev), shift = param(bias, DType::f32, c, 0.0, dev);
+  Tensor scale = ops.input(param(weight, DType::f32, c, 1.0, dev));
+  Tensor shift = ops.input(param(bias, DType::f32, c, 0.0, dev));
   std::unordered_map<int64_t, void*> ptrs = {
       {kX, x.data_ptr()},          {kScale, scale.data_ptr()},
       {kBias, shift.data_ptr()},   {kY, y.data_ptr()},
@@ -224,8 +243,8 @@ bool graph_train_forward(const Tensor& x, const Tensor& weight, const Tensor& bi
   if (fused && residual.defined()) ptrs[kResidual] = residual.data_ptr();
   Tensor prev_mean, prev_var, next_mean, next_var;
   if (running) {
-    prev_mean = param(running_mean, DType::f32, c, 0.0, dev);
-    prev_var = param(running_var, DType::f32, c, 1.0, dev);
+    prev_mean = ops.input(param(running_mean, DType::f32, c, 0.0, dev));
+    prev_var = ops.input(param(running_var, DType::f32, c, 1.0, dev));
     next_mean = Tensor::empty({c}, TensorOptions(DType::f32).device(dev));
     next_var = Tensor::empty({c}, TensorOptions(DType::f32).device(dev));
     ptrs[kPrevMean] = prev_mean.data_ptr();
@@ -234,6 +253,7 @@ bool graph_train_forward(const Tensor& x, const Tensor& weight, const Tensor& bi
     ptrs[kNextVar] = next_var.data_ptr();
   }
   cg::execute(*entry->graph, ptrs, x, kOp);
+  ops.finish();
   if (running) {
     Tensor(running_mean).copy_(next_mean);
     Tensor(running_var).copy_(next_var);
@@ -241,10 +261,12 @@ bool graph_train_forward(const Tensor& x, const Tensor& weight, const Tensor& bi
   return true;
 }
 
-bool graph_eval_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+bool graph_eval_forward(const Tensor& x_in, const Tensor& weight, const Tensor& bias,
                         const Tensor& running_mean, const Tensor& running_var,
-                        const Tensor& residual, bool fused, double eps, const Tensor& y) {
-  if (!graph_dtype(x.dtype())) return false;
+                        const Tensor& residual_in, bool fused, double eps, const Tensor& y_in) {
+  if (!graph_dtype(x_in.dtype())) return false;
+  cp::AlignedOperands ops;  // Note [cuDNN pointer alignment]
+  const Tensor x = ops.input(x_in), residual = ops.input(residual_in), y = ops.output(y_in);
   const int64_t c = x.size(1);
   const std::string key =
       key_of(fused ? "eval_add_relu" : "eval", {x, residual, y}, {int64_t(fused)}, {});
@@ -262,24 +284,31 @@ bool graph_eval_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   });
   if (!entry->graph) return false;
   const Device dev = x.device();
-  Tensor scale = param(weight, DType::f32, c, 1.0, dev), shift = param(bias, DType::f32, c, 0.0, dev);
-  Tensor mean = running_mean.to(DType::f32).contiguous();
-  Tensor inv_var = rsqrt(running_var.to(DType::f32) + eps).contiguous();
+  Tensor scale = ops.input(param(weight, DType::f32, c, 1.0, dev));
+  Tensor shift = ops.input(param(bias, DType::f32, c, 0.0, dev));
+  Tensor mean = ops.input(running_mean.to(DType::f32).contiguous());
+  Tensor inv_var = rsqrt(running_var.to(DType::f32) + eps).contiguous();  // fresh
   std::unordered_map<int64_t, void*> ptrs = {
       {kX, x.data_ptr()},          {kMean, mean.data_ptr()}, {kInvStd, inv_var.data_ptr()},
       {kScale, scale.data_ptr()},  {kBias, shift.data_ptr()}, {kY, y.data_ptr()}};
   if (fused && residual.defined()) ptrs[kResidual] = residual.data_ptr();
   cg::execute(*entry->graph, ptrs, x, kOp);
+  ops.finish();
   return true;
 }
 
 // The training-mode backward through a graph; y defined = the fused op's
 // (RELU_BWD first). dx is always written (cuDNN writes it), dresidual when
 // defined.
-bool graph_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& weight,
-                    const Tensor& save_mean, const Tensor& save_invstd, const Tensor& dx,
-                    const Tensor& dweight, const Tensor& dbias, const Tensor& dresidual) {
-  if (!graph_dtype(x.dtype())) return false;
+bool graph_backward(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
+                    const Tensor& weight, const Tensor& save_mean_in,
+                    const Tensor& save_invstd_in, const Tensor& dx_in, const Tensor& dweight,
+                    const Tensor& dbias, const Tensor& dresidual_in) {
+  if (!graph_dtype(x_in.dtype())) return false;
+  cp::AlignedOperands ops;  // Note [cuDNN pointer alignment]
+  const Tensor x = ops.input(x_in), y = ops.input(y_in), dy = ops.input(dy_in);
+  const Tensor save_mean = ops.input(save_mean_in), save_invstd = ops.input(save_invstd_in);
+  const Tensor dx = ops.output(dx_in), dresidual = ops.output(dresidual_in);
   const int64_t c = x.size(1);
   const bool fused = y.defined(), want_dz = dresidual.defined();
   const std::string key = key_of(fused ? "backward_add_relu" : "backward",
@@ -308,7 +337,7 @@ bool graph_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Te
   });
   if (!entry->graph) return false;
   const Device dev = x.device();
-  Tensor scale = param(weight, DType::f32, c, 1.0, dev);
+  Tensor scale = ops.input(param(weight, DType::f32, c, 1.0, dev));
   TensorOptions f32 = TensorOptions(DType::f32).device(dev);
   Tensor dw = Tensor::empty({c}, f32), db = Tensor::empty({c}, f32);
   std::unordered_map<int64_t, void*> ptrs = {
@@ -319,6 +348,7 @@ bool graph_backward(const Tensor& x, const Tensor& y, const Tensor& dy, const Te
   if (fused) ptrs[kY] = y.data_ptr();
   if (want_dz) ptrs[kDz] = dresidual.data_ptr();
   cg::execute(*entry->graph, ptrs, x, kOp);
+  ops.finish();
   if (dweight.defined()) Tensor(dweight).copy_(dw);
   if (dbias.defined()) Tensor(dbias).copy_(db);
   return true;

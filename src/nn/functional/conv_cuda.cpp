@@ -7,14 +7,27 @@
 //   two pointwise ops, ADD and RELU_FWD, on an f32 intermediate; see
 //   conv2d_bias_relu in ddp/nn/functional/conv.h). Groups are read off the
 //   tensor dims (x's C over w's C/groups). Compute type: f32 (f64 for f64).
-//   A plain conv2d's bias is added after fprop with cudnnAddTensor and its
-//   gradient summed by cudnnConvolutionBackwardBias, so a bias never decides
-//   whether an engine exists.
+// - Bias: a plain conv2d's forward with a bias first tries fprop + ADD in
+//   one graph (the bias added to the f32 accumulator, y written once);
+//   when no engine takes that graph (f64, TF32 off, some layouts), the same
+//   cache entry holds the plain fprop graph and the bias is added after it
+//   by libddp's broadcast add (f32 arithmetic, bf16 included), so a bias
+//   never decides whether the convolution runs (cudnn_policy::
+//   conv_bias_path). The bias gradient is libddp's sum of dy over N, H, W,
+//   accumulated in f32 (f64 for f64) and rounded once to the bias dtype
+//   (cudnn_policy::conv_bias_grad): the legacy cudnnAddTensor /
+//   cudnnConvolutionBackwardBias documented no bf16 and were slow on NHWC.
 // - Plan cache: a built graph is cached per (pass, geometry, the dims and
 //   strides of every tensor, dtype, TF32 switch, determinism, device) and
 //   reused with new pointers bound by uid; conv2d_cache_stats(CUDA) reports
-//   that cache (a hit is a call that built nothing). A key no engine takes
-//   is cached too, with its verdict, so it is not rebuilt on every call.
+//   that cache, summed over threads (a hit is a call that built nothing;
+//   the cache is per thread, Note [Per-thread graph caches]). A key no
+//   engine takes is cached too, with its verdict, so it is not rebuilt on
+//   every call.
+// - Alignment: the graphs assume 16-byte-aligned pointers; a misaligned
+//   operand (a view at an odd offset) is copied to aligned memory first and
+//   a misaligned output computed into aligned scratch and copied back
+//   (Note [cuDNN pointer alignment] in src/nn/cudnn_policy.h).
 // - Layout: every tensor is described with its real strides, weight
 //   included, so a channels-last model (Module::to(MemoryFormat::
 //   channels_last): x, w, y NHWC) and an NCHW one both run with no copy; dw
@@ -39,10 +52,10 @@
 //   autotuning: timing every engine needs large scratch allocations and
 //   makes the choice vary between runs.
 // - Workspace: a u8 ddp tensor on the current stream, so it comes from the
-//   caching allocator and is reused by the next call on that stream. An
-//   out-of-memory there raises OutOfMemoryError (the legacy path's retry
-//   with a smaller-workspace algorithm has no equivalent here: the plan is
-//   fixed once built).
+//   caching allocator and is reused by the next call on that stream. When
+//   the chosen plan's workspace cannot be allocated, the next candidate
+//   plan whose workspace fits runs instead; OutOfMemoryError only when none
+//   fits (Note [cuDNN workspace fallback] in src/nn/cudnn_policy.h).
 
 #include "ddp/config.h"
 
@@ -53,15 +66,17 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "core/cuda_check.h"
+#include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/cudnn.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/nn/functional/layout_conversions.h"
 #include "kernel_list.h"
 #include "nn/cudnn_graph.h"
-#include "nn/cudnn_util.h"
+#include "nn/cudnn_policy.h"
 #include "tensor/device_guard.h"
 
 namespace ddp::nn::functional {
@@ -73,6 +88,7 @@ namespace {
 
 namespace fe = ::cudnn_frontend;
 namespace cg = ::ddp::nn::cudnn_graph;
+namespace cp = ::ddp::nn::cudnn_policy;
 constexpr const char* kOp = "conv2d (cuDNN)";
 
 enum class Pass { fprop, dgrad, wgrad, fprop_bias_relu };
@@ -92,10 +108,13 @@ constexpr int64_t kX = 1, kW = 2, kY = 3, kB = 4;
 struct Plan {
   std::shared_ptr<fe::graph::Graph> graph;  // null when no engine takes the graph
   std::string unsupported;                  // the frontend's reason, when null
+  // fprop with a bias: whether the graph adds it (else the caller does).
+  cp::BiasPath bias = cp::BiasPath::none;
 };
 
 cg::GraphCache<Plan>& plan_cache() {
-  static auto* c = new cg::GraphCache<Plan>;  // leaked, like the handles (Note [cuDNN handles])
+  // Leaked, per thread: see Note [Per-thread graph caches].
+  static auto* c = new cg::GraphCache<Plan>;
   return *c;
 }
 
@@ -141,7 +160,8 @@ Attributes conv_attributes(const ConvGeometry& g) {
 }
 
 // The graph of `pass` over these tensors: a = x (dy for dgrad), b = w
-// (dy for wgrad), out = y (dx, dw); bias only for fprop_bias_relu.
+// (dy for wgrad), out = y (dx, dw). A defined bias is added in the graph
+// (fprop, fprop_bias_relu).
 std::shared_ptr<fe::graph::Graph> describe(const ConvGeometry& g, Pass pass, const Tensor& a,
                                            const Tensor& b, const Tensor& bias,
                                            const Tensor& out) {
@@ -151,22 +171,22 @@ std::shared_ptr<fe::graph::Graph> describe(const ConvGeometry& g, Pass pass, con
     case Pass::fprop_bias_relu: {
       auto x = input(*graph, "x", kX, a), w = input(*graph, "w", kW, b);
       auto y = graph->conv_fprop(x, w, conv_attributes<fe::graph::Conv_fprop_attributes>(g));
-      if (pass == Pass::fprop_bias_relu) {
-        // y stays virtual: an f32 (f64) intermediate, never written to memory.
-        if (bias.defined()) {
-          // [O] seen as [1, O, 1, 1].
-          auto bt = graph->tensor(fe::graph::Tensor_attributes()
-                                      .set_name("b")
-                                      .set_uid(kB)
-                                      .set_dim({1, g.o, 1, 1})
-                                      .set_stride({g.o, 1, 1, 1})
-                                      .set_data_type(cg::data_type(g.dtype, kOp)));
-          y = graph->pointwise(
-              y, bt, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
-        }
+      // With a bias or a ReLU after it, y stays virtual: an f32 (f64)
+      // intermediate, never written to memory.
+      if (bias.defined()) {
+        // [O] seen as [1, O, 1, 1].
+        auto bt = graph->tensor(fe::graph::Tensor_attributes()
+                                    .set_name("b")
+                                    .set_uid(kB)
+                                    .set_dim({1, g.o, 1, 1})
+                                    .set_stride({g.o, 1, 1, 1})
+                                    .set_data_type(cg::data_type(g.dtype, kOp)));
+        y = graph->pointwise(
+            y, bt, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::ADD));
+      }
+      if (pass == Pass::fprop_bias_relu)
         y = graph->pointwise(
             y, fe::graph::Pointwise_attributes().set_mode(fe::PointwiseMode_t::RELU_FWD));
-      }
       mark_output(y, kY, out);
       break;
     }
@@ -186,7 +206,33 @@ std::shared_ptr<fe::graph::Graph> describe(const ConvGeometry& g, Pass pass, con
   return graph;
 }
 
-// The cached plan of `pass` over these tensors (built on a miss).
+// Builds `graph` with the engine filter of this call's switches; the
+// frontend's reason when no engine takes it.
+std::optional<std::string> try_build(fe::graph::Graph& graph, DType dtype, bool tf32,
+                                     bool deterministic) {
+  auto filter = [&](fe::graph::Graph& gr) {
+    std::vector<fe::NumericalNote_t> barred;
+    if (dtype == DType::f32) {
+      // Never f32 inputs converted to f16 (not TF32: a precision loss no
+      // switch asked for); tensor cores (TF32) only when allowed.
+      barred.push_back(fe::NumericalNote_t::DOWN_CONVERT_INPUTS);
+      if (!tf32) barred.push_back(fe::NumericalNote_t::TENSOR_CORE);
+    }
+    if (deterministic) barred.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
+    if (!barred.empty()) gr.deselect_numeric_notes(barred);
+  };
+  try {
+    return cg::build(graph, kOp, filter);
+  } catch (const CudnnError& e) {
+    // Heuristics or the operation graph refusing the case (an f64 fusion,
+    // a layout pairing) is "no engine" too: the caller falls back.
+    return std::string(e.what());
+  }
+}
+
+// The cached plan of `pass` over these tensors (built on a miss). For fprop
+// with a bias the entry is the fused fprop + ADD graph when an engine takes
+// it, else the plain fprop graph (Plan::bias says which).
 std::shared_ptr<const Plan> plan_for(const ConvGeometry& g, Pass pass, const Tensor& a,
                                      const Tensor& b, const Tensor& bias, const Tensor& out) {
   const bool tf32 = tf32_allowed(g.dtype);
@@ -207,24 +253,13 @@ std::shared_ptr<const Plan> plan_for(const ConvGeometry& g, Pass pass, const Ten
   return plan_cache().get_or_build(key, [&]() {
     Plan p;
     auto graph = describe(g, pass, a, b, bias, out);
-    auto filter = [&](fe::graph::Graph& gr) {
-      std::vector<fe::NumericalNote_t> barred;
-      if (g.dtype == DType::f32) {
-        // Never f32 inputs converted to f16 (not TF32: a precision loss no
-        // switch asked for); tensor cores (TF32) only when allowed.
-        barred.push_back(fe::NumericalNote_t::DOWN_CONVERT_INPUTS);
-        if (!tf32) barred.push_back(fe::NumericalNote_t::TENSOR_CORE);
+    std::optional<std::string> why = try_build(*graph, g.dtype, tf32, deterministic);
+    if (pass == Pass::fprop && bias.defined()) {
+      p.bias = cp::conv_bias_path(true, !why);
+      if (p.bias == cp::BiasPath::added_after) {
+        graph = describe(g, pass, a, b, Tensor(), out);
+        why = try_build(*graph, g.dtype, tf32, deterministic);
       }
-      if (deterministic) barred.push_back(fe::NumericalNote_t::NONDETERMINISTIC);
-      if (!barred.empty()) gr.deselect_numeric_notes(barred);
-    };
-    std::optional<std::string> why;
-    try {
-      why = cg::build(*graph, kOp, filter);
-    } catch (const CudnnError& e) {
-      // Heuristics or the operation graph refusing the case (an f64 fusion,
-      // a layout pairing) is "no engine" too: the caller falls back.
-      why = e.what();
     }
     if (why) {
       p.unsupported = *why;
@@ -255,44 +290,54 @@ Tensor in_x_layout(const ConvGeometry& g, const Tensor& w) {
   return g.channels_last ? to_channels_last(w) : w.contiguous();
 }
 
-void add_bias(const ConvGeometry& g, const Tensor& b, const Tensor& y) {
-  using namespace ::ddp::nn::cudnn_util;
-  TensorDesc bd(g.o, g.dtype, kOp), yd(y, kOp);
-  Scale one(1.0);
-  DDP_CUDNN_CHECK(cudnnAddTensor(handle(), one.for_dtype(g.dtype), bd.get(), b.data_ptr(),
-                                 one.for_dtype(g.dtype), yd.get(), y.data_ptr()));
-}
-
-// fprop or dgrad with w as it is, else (no engine) with w in x's layout.
+// fprop (with its bias, when given) or dgrad with w as it is, else (no
+// engine) with w in x's layout. All pointers aligned (the callers stage).
 void run_with_weight(const ConvGeometry& g, Pass pass, const Tensor& in, const Tensor& w,
-                     const Tensor& out, int64_t in_uid, int64_t out_uid) {
-  auto p = plan_for(g, pass, in, w, Tensor(), out);
+                     const Tensor& bias, const Tensor& out, int64_t in_uid, int64_t out_uid) {
+  auto p = plan_for(g, pass, in, w, bias, out);
   Tensor wr = w;
   if (!p->graph && !same_layout(g, w)) {
-    wr = in_x_layout(g, w);
-    p = plan_for(g, pass, in, wr, Tensor(), out);
+    wr = in_x_layout(g, w);  // fresh, so aligned
+    p = plan_for(g, pass, in, wr, bias, out);
   }
   if (!p->graph) no_engine(g, pass, *p);
-  run(*p, {{in_uid, in.data_ptr()}, {kW, wr.data_ptr()}, {out_uid, out.data_ptr()}}, in);
+  std::unordered_map<int64_t, void*> by_uid{
+      {in_uid, in.data_ptr()}, {kW, wr.data_ptr()}, {out_uid, out.data_ptr()}};
+  if (p->bias == cp::BiasPath::in_graph) by_uid[kB] = bias.data_ptr();
+  run(*p, std::move(by_uid), in);
+  if (p->bias == cp::BiasPath::added_after) {
+    // libddp's broadcast add: f32 arithmetic for f16/bf16, rounded once.
+    autograd::NoGradGuard no_grad;
+    Tensor(out).add_(bias.view({1, g.o, 1, 1}));
+  }
 }
 
 PlanCacheStats cache_stats() { return plan_cache().stats(); }
 
-void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-             const Tensor& y) {
-  CudaDeviceGuard guard(x.device().index);
-  run_with_weight(g, Pass::fprop, x, w, y, kX, kY);
-  if (g.has_bias) add_bias(g, b, y);
+void forward(const ConvGeometry& g, const Tensor& x_in, const Tensor& w_in, const Tensor& b_in,
+             const Tensor& y_in) {
+  CudaDeviceGuard guard(x_in.device().index);
+  cp::AlignedOperands ops;  // Note [cuDNN pointer alignment]
+  const Tensor x = ops.input(x_in), w = ops.input(w_in), y = ops.output(y_in);
+  const Tensor b = g.has_bias ? ops.input(b_in) : Tensor();
+  run_with_weight(g, Pass::fprop, x, w, b, y, kX, kY);
+  ops.finish();
 }
 
-void backward_data(const ConvGeometry& g, const Tensor& dy, const Tensor& w, const Tensor& dx) {
-  CudaDeviceGuard guard(dy.device().index);
-  run_with_weight(g, Pass::dgrad, dy, w, dx, kY, kX);
+void backward_data(const ConvGeometry& g, const Tensor& dy_in, const Tensor& w_in,
+                   const Tensor& dx_in) {
+  CudaDeviceGuard guard(dy_in.device().index);
+  cp::AlignedOperands ops;
+  const Tensor dy = ops.input(dy_in), w = ops.input(w_in), dx = ops.output(dx_in);
+  run_with_weight(g, Pass::dgrad, dy, w, Tensor(), dx, kY, kX);
+  ops.finish();
 }
 
-void backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& dw,
-                      const Tensor& db) {
-  CudaDeviceGuard guard(x.device().index);
+void backward_weights(const ConvGeometry& g, const Tensor& x_in, const Tensor& dy_in,
+                      const Tensor& dw_in, const Tensor& db) {
+  CudaDeviceGuard guard(x_in.device().index);
+  cp::AlignedOperands ops;
+  const Tensor x = ops.input(x_in), dy = ops.input(dy_in), dw = ops.output(dw_in);
   auto p = plan_for(g, Pass::wgrad, x, dy, Tensor(), dw);
   Tensor target = dw;
   if (!p->graph && !same_layout(g, dw)) {
@@ -303,27 +348,27 @@ void backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, 
   if (!p->graph) no_engine(g, Pass::wgrad, *p);
   run(*p, {{kX, x.data_ptr()}, {kY, dy.data_ptr()}, {kW, target.data_ptr()}}, x);
   if (!target.is_same(dw)) Tensor(dw).copy_(target);  // a handle copy: same storage
-  if (db.defined()) {
-    using namespace ::ddp::nn::cudnn_util;
-    TensorDesc bd(g.o, g.dtype, kOp), dyd(dy, kOp);
-    Scale one(1.0), zero(0.0);
-    DDP_CUDNN_CHECK(cudnnConvolutionBackwardBias(handle(), one.for_dtype(g.dtype), dyd.get(),
-                                                 dy.data_ptr(), zero.for_dtype(g.dtype), bd.get(),
-                                                 db.data_ptr()));
-  }
+  ops.finish();
+  // Σ dy over N, H, W in f32, rounded once (Note [cuDNN convolution]); no
+  // pointer goes to cuDNN here, so dy_in needs no staging.
+  if (db.defined()) Tensor(db).copy_(cp::conv_bias_grad(dy_in));
 }
 
 // conv + bias + ReLU in one graph; false (nothing written) when no engine
 // takes the fused graph, and the frontend composes instead.
-bool forward_bias_relu(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
-                       const Tensor& y) {
-  CudaDeviceGuard guard(x.device().index);
+bool forward_bias_relu(const ConvGeometry& g, const Tensor& x_in, const Tensor& w_in,
+                       const Tensor& b_in, const Tensor& y_in) {
+  CudaDeviceGuard guard(x_in.device().index);
+  cp::AlignedOperands ops;
+  const Tensor x = ops.input(x_in), w = ops.input(w_in), b = ops.input(b_in),
+               y = ops.output(y_in);
   auto p = plan_for(g, Pass::fprop_bias_relu, x, w, b, y);
   if (!p->graph) return false;
   std::unordered_map<int64_t, void*> by_uid{
       {kX, x.data_ptr()}, {kW, w.data_ptr()}, {kY, y.data_ptr()}};
   if (b.defined()) by_uid[kB] = b.data_ptr();
   run(*p, std::move(by_uid), x);
+  ops.finish();
   return true;
 }
 
