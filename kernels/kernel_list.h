@@ -203,11 +203,17 @@ DDP_DECLARE_KERNEL(linear_dgelu_bgrad, bool,
 DDP_DECLARE_KERNEL(linear_cache_stats, PlanCacheStats, ())
 
 // ---- fused attention (src/nn/functional/attention.cpp) ----------------------------
-// Whether a fused kernel takes this dtype and head size on `device` (cuDNN's
-// engines depend on the GPU's architecture); a device without a
-// registration has no fused attention and uses the composite path. CUDA:
-// Note [Attention paths on CUDA] in src/nn/functional/attention_cuda.cpp.
-DDP_DECLARE_KERNEL(attention_supports, bool, (const Device& device, DType dtype, int64_t head_size))
+// Whether the fused kernels take this call, q [B, H, T, D] and k [B, H, S, D]
+// (only their shapes, dtype and device are read; T, S > 0), for the forward
+// and, when needs_backward, for the backward that will follow: a fused
+// forward must pair with a fused backward. false: the frontend takes the
+// composite (reference) path for both passes. It may build and cache
+// library plans to find out (cuDNN's engines depend on the GPU, the version
+// and the shape). A device without a registration has no fused attention.
+// CUDA: Note [Attention paths on CUDA] in src/nn/functional/attention_cuda.cpp.
+DDP_DECLARE_KERNEL(attention_supports, bool,
+                   (const Tensor& q, const Tensor& k, float scale, bool causal,
+                    bool needs_backward))
 // Contiguous [B·H, rows, D] views: q, out [BH, T, D]; k, v [BH, S, D]; lse f32
 // [BH, T] (the rows' natural-log log-sum-exp of the scaled, masked scores:
 // every fused path writes and reads the same quantity, so a forward of one

@@ -243,11 +243,6 @@ dim3 grid_for(int rows, int64_t bh) {
 
 }  // namespace
 
-bool flash_attention_supports(DType dtype, int64_t head) {
-  return (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16) &&
-         (head == 16 || head == 32 || head == 64 || head == 128);
-}
-
 void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& lse, float scale, bool causal, cuda::Stream stream) {
   const int bh = int(q.size(0)), T_ = int(q.size(1)), S = int(k.size(1)), D = int(q.size(2));

@@ -15,7 +15,13 @@
 
 namespace ddp::cuda_kernels {
 
-bool flash_attention_supports(DType dtype, int64_t head_size);
+// Whether the hand kernel takes this dtype and head size. Inline and free of
+// CUDA, so the path decision (src/nn/functional/attention_path.h) and its CPU
+// unit test see the same answer as the kernel's dispatch.
+constexpr bool flash_attention_supports(DType dtype, int64_t head_size) {
+  return (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16) &&
+         (head_size == 16 || head_size == 32 || head_size == 64 || head_size == 128);
+}
 
 void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& lse, float scale, bool causal, cuda::Stream stream);

@@ -99,13 +99,18 @@ class CudnnAttentionSetting {
   std::optional<std::string> old_;
 };
 
+// Whether the fused attention takes a call of this dtype and head size on
+// GPU 0, forward and backward (attention_supports reads only the shapes).
+bool fused_here(DType dtype, int64_t D, bool needs_backward = true) {
+  Tensor q = Tensor::empty({1, 2, 16, D}, TensorOptions(dtype).device(Device::cuda(0)));
+  return kernels::call<kernels::attention_supports>(Device::cuda(0), q, q, 0.125f, true,
+                                                    needs_backward);
+}
+
 // Whether f16 attention with head size 40 (a multiple of 8 the hand kernel
 // does not take) is fused on GPU 0: exactly when libddp has cuDNN's path and
-// the GPU is new enough for it.
-bool cudnn_attention_here() {
-  return kernels::call<kernels::attention_supports>(Device::cuda(0), Device::cuda(0), DType::f16,
-                                                    int64_t(40));
-}
+// the GPU is new enough for it (and cuDNN builds both graphs).
+bool cudnn_attention_here() { return fused_here(DType::f16, 40); }
 
 struct Grads {
   Tensor out, dq, dk, dv;
@@ -234,7 +239,10 @@ TEST(AttentionCudnn, SavedLogSumExpIsNaturalLogOfScaledScores) {
 
 // Head sizes: 40 (a multiple of 8 only cuDNN takes) is fused exactly when
 // cuDNN attention is here, else it takes the reference path; 33 (odd) and f32
-// at 40 never reach cuDNN. Each matches the CPU.
+// at 40 never reach cuDNN. Each matches the CPU. A fused call at 40 looks its
+// graphs up four times: attention_supports asks for the forward and the
+// backward graph (a fused forward needs a fused backward, and the hand kernel
+// lacks 40), then each pass for its own.
 TEST(AttentionCudnn, HeadSizesCudnnRefusesFallBack) {
   SKIP_WITHOUT_GPU();
   const bool cudnn = cudnn_attention_here();
@@ -256,15 +264,15 @@ TEST(AttentionCudnn, HeadSizesCudnnRefusesFallBack) {
     const F::AttentionCacheStats before = F::attention_cache_stats(DeviceType::CUDA);
     const Grads gpu = run_attention(q, k, v, dout, c.dtype, Device::cuda(0), true);
     const F::AttentionCacheStats after = F::attention_cache_stats(DeviceType::CUDA);
-    EXPECT_EQ(after.hits + after.misses - before.hits - before.misses, c.builds ? 2 : 0) << what;
+    EXPECT_EQ(after.hits + after.misses - before.hits - before.misses, c.builds ? 4 : 0) << what;
     expect_close(gpu, cpu, c.tol, what);
   }
   // Without cuDNN nothing takes f16 at D = 40: the hand kernel does not.
-  if (!DDP_HAVE_CUDNN) EXPECT_FALSE(cudnn);
-  EXPECT_FALSE(kernels::call<kernels::attention_supports>(Device::cuda(0), Device::cuda(0),
-                                                          DType::f16, int64_t(33)));
-  EXPECT_FALSE(kernels::call<kernels::attention_supports>(Device::cuda(0), Device::cuda(0),
-                                                          DType::f64, int64_t(64)));
+  if (!DDP_HAVE_CUDNN) {
+    EXPECT_FALSE(cudnn);
+  }
+  EXPECT_FALSE(fused_here(DType::f16, 33));
+  EXPECT_FALSE(fused_here(DType::f64, 64));
 }
 
 // Runs call and expects an E naming the op and containing phrase.

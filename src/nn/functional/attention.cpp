@@ -61,13 +61,18 @@ double resolve_scale(const Tensor& q, std::optional<double> scale) {
   return scale ? *scale : 1.0 / std::sqrt(double(q.size(3)));
 }
 
-// Whether q's device has a fused attention kernel for this case (CUDA:
-// Note [Attention paths on CUDA] in attention_cuda.cpp).
-bool fused_supports(const Tensor& q, const Tensor& k) {
+// Whether q's device has a fused attention kernel for this case, forward
+// and (when autograd will record one) backward: the fused forward records a
+// fused backward, so both must be there (CUDA: Note [Attention paths on
+// CUDA] in attention_cuda.cpp, which may build and cache cuDNN graphs to
+// find out).
+bool fused_supports(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
+                    double scale) {
   const DeviceType d = q.device().type;
   return kernels::has_kernel<kernels::attention_supports>(d) && q.size(3) == k.size(3) &&
          q.size(2) > 0 && k.size(2) > 0 &&
-         kernels::call<kernels::attention_supports>(q.device(), q.device(), q.dtype(), q.size(3));
+         kernels::call<kernels::attention_supports>(q.device(), q, k, float(scale), is_causal,
+                                                    autograd::needs_grad({q, k, v}));
 }
 
 TensorOptions on(const Tensor& like, DType dtype) {
@@ -119,7 +124,7 @@ Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tens
         });
   check_inputs(q, k, v, is_causal);
   const double s = resolve_scale(q, scale);
-  if (fused_supports(q, k)) return fused_path(q, k, v, is_causal, s);
+  if (fused_supports(q, k, v, is_causal, s)) return fused_path(q, k, v, is_causal, s);
   return reference_path(q, k, v, is_causal, s);
 }
 

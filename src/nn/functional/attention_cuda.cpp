@@ -5,45 +5,69 @@
 //
 // Note [Attention paths on CUDA]
 // There is one registration per (op, device), so this file owns CUDA's and
-// picks a path per call:
+// picks a path per call. The decision is the pure function of
+// attention_path.h (unit-tested on the CPU, tests/nn/attention_path_test.cpp)
+// fed with the problem, the GPU's compute capability, the settings and
+// cuDNN's cached verdicts:
 //   1. cuDNN (builds with cuDNN, DDP_CUDNN_ATTENTION not 0): f16/bf16, head
-//      size a multiple of 8 up to 128, a GPU of compute capability 8.0 or
-//      newer. cuDNN's flash-attention engines run on tensor cores; they
-//      compute in f32 and take no f32 inputs (the hand kernel keeps f32 exact
-//      to ~1e-5 of the reference, which cuDNN's f32 path would not promise).
-//      The head-size bound is the one every cuDNN 9 engine on Ampere and
-//      Hopper takes for both passes; larger heads would need a
-//      version-dependent check, and GPT-style models use 64 or 128.
+//      size a multiple of 8 up to 256, a GPU of compute capability 8.0 or
+//      newer, as the cuDNN frontend's SDPA support checks allow for cuDNN 9:
+//      the forward up to 256 from Ampere on (cuDNN 9.9 and older stop at 128
+//      on sm8x), the backward up to 256 on Hopper (sm9x) but only up to 128
+//      on Ampere/Ada (sm8x), and never for one query against one key.
+//      cuDNN's flash-attention engines run on tensor cores; they compute in
+//      f32 and take no f32 inputs (the hand kernel keeps f32 exact to ~1e-5
+//      of the reference, which cuDNN's f32 path would not promise). Whatever
+//      the static bounds let through, cuDNN may still refuse when the graph
+//      is built (the version, the deterministic algorithm, the shape).
 //   2. the hand kernel (Note [Flash attention kernels]): f32/f16/bf16 with
 //      head size 16, 32, 64 or 128 — the f32 path, and the f16/bf16 path when
-//      cuDNN is off, absent or refuses the shape.
-// attention_supports says yes when either path takes (dtype, head size) on
-// the device; anything else goes to the reference path (Note [Attention
-// reference path]), e.g. head size 24 or 36, f64, or f16 with head size 40
-// on a GPU older than Ampere.
+//      cuDNN is off, absent or refuses the graph of either pass.
+//   3. the reference path (Note [Attention reference path]) for the rest:
+//      attention_supports says no, and the op composes ordinary ops — f64,
+//      head sizes neither path takes (24, 33, f32 at 40, anything above 256),
+//      and f16/bf16 head sizes only cuDNN takes (40, 96, 256, ...) when cuDNN
+//      is off, absent or refuses either pass. O(T·S) memory, but correct.
+// attention_supports decides for both passes before the forward runs: once
+// the forward has run fused and recorded its backward, the backward kernel
+// has no way back to the reference path. A head size the hand kernel takes
+// needs no verdict (it stands in for either pass); any other asks cuDNN for
+// the forward graph and, when a backward will follow, the backward graph
+// too. So head size 256 in bf16 trains on cuDNN on Hopper, runs its forward
+// on cuDNN on Ampere when no gradient is needed, and trains on the reference
+// path on Ampere (whose backward stops at 128).
 //
 // Graphs: one forward graph (Q, K, V -> O and Stats) and one backward graph
 // (Q, K, V, O, dO, Stats -> dQ, dK, dV) per (B, H, T, S, D, dtype, causal,
-// scale, deterministic, device), built once and cached (Note [cuDNN graph
-// API]). A refusal (no engine for this shape on this GPU, from validation or
-// from the support check) is cached too, so it is asked once: the call then
-// takes the hand kernel when that covers the head size and raises
-// NotImplementedError naming the op and cuDNN's reason otherwise.
+// scale, device, and for the backward the deterministic flag), built once
+// and cached (Note [cuDNN graph API]). A refusal is cached too and asked
+// once: a graph outside the support surface (validation), no engine from the
+// heuristics (e.g. none deterministic under DDP_CUDNN_DETERMINISTIC=1: a
+// CudnnError from cudnn_graph::build, read as "not supported" as the
+// convolutions and batch norm do), or no candidate passing its support check
+// or plan build. The call then takes the hand kernel or, decided up front,
+// the reference path; it never raises for a shape cuDNN refuses.
 //
 // Stats: with generate_stats, cuDNN's forward writes the softmax statistics
 // as one f32 per row, [B, H, T, 1] packed, holding max + log Σ exp(s − max)
 // of the scaled, masked scores s in natural log (stats_use_log2 is off by
 // default) — the same quantity the hand kernel keeps as lse [B, H, T]. So the
 // two layouts share memory and a forward of one path pairs with the backward
-// of the other (a backward graph refused after its forward was built falls
-// back to the hand kernel with cuDNN's lse).
+// of the other: a cuDNN forward whose backward graph is refused (or runs with
+// DDP_CUDNN_ATTENTION=0) takes the hand kernel's backward with cuDNN's lse,
+// and a hand-kernel forward (cuDNN off, or its forward graph refused) may
+// take cuDNN's backward with the hand kernel's lse. Mixed pairs only arise
+// for head sizes the hand kernel takes; for the others both passes are
+// cuDNN's.
 //
 // The backward of cuDNN may sum dQ with atomics; DDP_CUDNN_DETERMINISTIC=1
-// (the knob that also restricts the convolutions) asks for its deterministic
-// algorithm. DDP_CUDNN_ATTENTION=0 turns the cuDNN path off (read on every
-// call, so a test can compare both paths in one process); the backward
-// ignores it when only cuDNN takes the head size, as its forward must have
-// used cuDNN then.
+// (nn::cudnn::deterministic(), the knob that also restricts the
+// convolutions) asks for its deterministic algorithm, and where cuDNN has
+// none the hand kernel's backward (deterministic: no atomics) or the
+// reference path stands in. DDP_CUDNN_ATTENTION=0 turns the cuDNN path off
+// (read on every call, so a test can compare both paths in one process); the
+// backward ignores it when the hand kernel lacks the head size, as its
+// forward must have used cuDNN then.
 
 // GCC 12 at -O3 reports a -Wstringop-overflow inside the frontend's inlined
 // ReshapeNode (a vector sized from a tensor rank it cannot bound): a false
@@ -57,7 +81,6 @@
 
 #include <cuda_runtime.h>
 
-#include <bit>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -68,7 +91,10 @@
 #include "cuda/on_device.h"
 #include "ddp/core/env.h"
 #include "ddp/core/error.h"
+#include "ddp/core/logging.h"
+#include "ddp/nn/cudnn.h"
 #include "kernel_list.h"
+#include "nn/functional/attention_path.h"
 
 #if DDP_HAVE_CUDNN
 #include "nn/cudnn_graph.h"
@@ -78,6 +104,7 @@ namespace ddp::nn::functional {
 
 namespace {
 
+namespace ap = attention_path;
 using cuda_kernels::OnDevice;
 using kernels::PlanCacheStats;
 
@@ -90,30 +117,36 @@ Tensor flat(const Tensor& t) {
   return t.view({t.size(0) * t.size(1), t.size(2), t.size(3)});
 }
 
+int compute_capability(int device) {
+  int major = 0, minor = 0;
+  DDP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  DDP_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major * 10 + minor;
+}
+
+// q [B, H, T, D], k [B, H, S, D] and the settings now.
+ap::Problem problem_of(const Tensor& q, const Tensor& k, float scale, bool causal) {
+  ap::Problem p;
+  p.B = q.size(0);
+  p.H = q.size(1);
+  p.T = q.size(2);
+  p.S = k.size(2);
+  p.D = q.size(3);
+  p.dtype = q.dtype();
+  p.scale = scale;
+  p.causal = causal;
+  p.device = q.device().index;
+  p.sm = compute_capability(p.device);
+  p.deterministic = nn::cudnn::deterministic();
+  p.cudnn_built = DDP_HAVE_CUDNN;
+  p.cudnn_enabled = DDP_HAVE_CUDNN && env_bool("DDP_CUDNN_ATTENTION", true);
+  return p;
+}
+
 #if DDP_HAVE_CUDNN
 
 namespace cg = cudnn_graph;
 namespace fe = ::cudnn_frontend;
-
-bool cudnn_enabled() { return env_bool("DDP_CUDNN_ATTENTION", true); }
-
-bool deterministic_only() {
-  static const bool on = env_bool("DDP_CUDNN_DETERMINISTIC", false);
-  return on;
-}
-
-int compute_major(int device) {
-  int major = 0;
-  DDP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  return major;
-}
-
-// Whether cuDNN's fused attention may take this case (see the Note); a
-// shape it still refuses is found when its graph is built.
-bool cudnn_takes(const Device& device, DType dtype, int64_t head) {
-  return (dtype == DType::f16 || dtype == DType::bf16) && head > 0 && head % 8 == 0 &&
-         head <= 128 && compute_major(device.index) >= 8;
-}
 
 // Tensor uids of the graphs, bound to pointers at execution.
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV };
@@ -146,97 +179,102 @@ void mark_output(const std::shared_ptr<fe::graph::Tensor_attributes>& t, Uid uid
   t->set_output(true).set_uid(uid).set_dim(l.dims).set_stride(l.strides);
 }
 
-struct Problem {
-  int64_t B, H, T, S, D;
-  DType dtype;
-  float scale;
-  bool causal;
-  int device;
-
-  explicit Problem(const Tensor& q, const Tensor& k, float s, bool c)
-      : B(q.size(0)), H(q.size(1)), T(q.size(2)), S(k.size(2)), D(q.size(3)), dtype(q.dtype()),
-        scale(s), causal(c), device(q.device().index) {}
-
-  std::string key(const char* pass) const {
-    std::string key = pass;
-    key += '|';
-    for (int64_t v : {B, H, T, S, D, int64_t(dtype), int64_t(std::bit_cast<uint32_t>(scale)),
-                      int64_t(causal), int64_t(deterministic_only()), int64_t(device)})
-      cg::key_add(key, v);
-    return key;
-  }
-
-  // An empty graph with the data types every SDPA graph uses: io in the
-  // inputs' dtype, softmax and accumulation in f32.
-  SdpaGraph start() const {
-    SdpaGraph e;
-    e.graph = std::make_unique<fe::graph::Graph>();
-    e.graph->set_io_data_type(cg::data_type(dtype, kOp))
-        .set_intermediate_data_type(fe::DataType_t::FLOAT)
-        .set_compute_data_type(fe::DataType_t::FLOAT);
-    return e;
-  }
-
-  static SdpaGraph finish(SdpaGraph e) {
-    if (std::optional<std::string> why = cg::build(*e.graph, kOp)) {
-      e.graph.reset();
-      e.refusal = *why;
-    }
-    return e;
-  }
-
-  SdpaGraph build_forward() const {
-    SdpaGraph e = start();
-    fe::graph::Graph& g = *e.graph;
-    auto q = input(g, "Q", kQ, packed(B, H, T, D));
-    auto k = input(g, "K", kK, packed(B, H, S, D));
-    auto v = input(g, "V", kV, packed(B, H, S, D));
-    fe::graph::SDPA_attributes attrs;
-    attrs.set_name("sdpa_forward").set_generate_stats(true).set_causal_mask(causal).set_attn_scale(
-        scale);
-    auto [o, stats] = g.sdpa(q, k, v, attrs);
-    mark_output(o, kO, packed(B, H, T, D));
-    mark_output(stats, kStats, packed(B, H, T, 1));
-    stats->set_data_type(fe::DataType_t::FLOAT);
-    return finish(std::move(e));
-  }
-
-  SdpaGraph build_backward() const {
-    SdpaGraph e = start();
-    fe::graph::Graph& g = *e.graph;
-    auto q = input(g, "Q", kQ, packed(B, H, T, D));
-    auto k = input(g, "K", kK, packed(B, H, S, D));
-    auto v = input(g, "V", kV, packed(B, H, S, D));
-    auto o = input(g, "O", kO, packed(B, H, T, D));
-    auto d_o = input(g, "dO", kDO, packed(B, H, T, D));
-    auto stats = input(g, "Stats", kStats, packed(B, H, T, 1));
-    stats->set_data_type(fe::DataType_t::FLOAT);
-    fe::graph::SDPA_backward_attributes attrs;
-    attrs.set_name("sdpa_backward")
-        .set_causal_mask(causal)
-        .set_attn_scale(scale)
-        .set_deterministic_algorithm(deterministic_only());
-    auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, d_o, stats, attrs);
-    mark_output(dq, kDQ, packed(B, H, T, D));
-    mark_output(dk, kDK, packed(B, H, S, D));
-    mark_output(dv, kDV, packed(B, H, S, D));
-    return finish(std::move(e));
-  }
-};
-
-// The cached graph for this pass; raises NotImplementedError when cuDNN
-// refused it and the hand kernel cannot stand in.
-std::shared_ptr<const SdpaGraph> graph_for(const Problem& p, bool forward) {
-  auto entry = graph_cache().get_or_build(p.key(forward ? "forward" : "backward"), [&] {
-    return forward ? p.build_forward() : p.build_backward();
-  });
-  if (!entry->graph && !cuda_kernels::flash_attention_supports(p.dtype, p.D))
-    DDP_THROW(NotImplementedError,
-              "{}: cuDNN has no fused attention engine for {} [B={}, H={}, T={}, S={}, D={}] "
-              "({}) and the hand kernel takes head sizes 16, 32, 64 and 128 only",
-              kOp, dtype_name(p.dtype), p.B, p.H, p.T, p.S, p.D, entry->refusal);
-  return entry;
+// An empty graph with the data types every SDPA graph uses: io in the
+// inputs' dtype, softmax and accumulation in f32.
+SdpaGraph start(const ap::Problem& p) {
+  SdpaGraph e;
+  e.graph = std::make_unique<fe::graph::Graph>();
+  e.graph->set_io_data_type(cg::data_type(p.dtype, kOp))
+      .set_intermediate_data_type(fe::DataType_t::FLOAT)
+      .set_compute_data_type(fe::DataType_t::FLOAT);
+  return e;
 }
+
+// Builds the graph; any "not supported" (a CudnnError from the heuristics
+// included) leaves a refusal to cache instead of the graph.
+SdpaGraph finish(SdpaGraph e, const ap::Problem& p, ap::Pass pass) {
+  if (std::optional<std::string> why = ap::refusal_of([&] { return cg::build(*e.graph, kOp); })) {
+    e.graph.reset();
+    e.refusal = *why;
+    if (pass == ap::Pass::backward && p.deterministic)
+      e.refusal += " (DDP_CUDNN_DETERMINISTIC=1: the deterministic algorithm asked for)";
+    // Once per graph key (the refusal is cached).
+    DDP_LOG_DEBUG("{}: cuDNN refused the {} graph for {} [B={}, H={}, T={}, S={}, D={}] on "
+                  "sm{}: {}; the hand kernel or the reference path stands in",
+                  kOp, ap::pass_name(pass), dtype_name(p.dtype), p.B, p.H, p.T, p.S, p.D, p.sm,
+                  e.refusal);
+  }
+  return e;
+}
+
+SdpaGraph build_forward(const ap::Problem& p) {
+  SdpaGraph e = start(p);
+  fe::graph::Graph& g = *e.graph;
+  auto q = input(g, "Q", kQ, packed(p.B, p.H, p.T, p.D));
+  auto k = input(g, "K", kK, packed(p.B, p.H, p.S, p.D));
+  auto v = input(g, "V", kV, packed(p.B, p.H, p.S, p.D));
+  fe::graph::SDPA_attributes attrs;
+  attrs.set_name("sdpa_forward").set_generate_stats(true).set_causal_mask(p.causal).set_attn_scale(
+      p.scale);
+  auto [o, stats] = g.sdpa(q, k, v, attrs);
+  mark_output(o, kO, packed(p.B, p.H, p.T, p.D));
+  mark_output(stats, kStats, packed(p.B, p.H, p.T, 1));
+  stats->set_data_type(fe::DataType_t::FLOAT);
+  return finish(std::move(e), p, ap::Pass::forward);
+}
+
+SdpaGraph build_backward(const ap::Problem& p) {
+  SdpaGraph e = start(p);
+  fe::graph::Graph& g = *e.graph;
+  auto q = input(g, "Q", kQ, packed(p.B, p.H, p.T, p.D));
+  auto k = input(g, "K", kK, packed(p.B, p.H, p.S, p.D));
+  auto v = input(g, "V", kV, packed(p.B, p.H, p.S, p.D));
+  auto o = input(g, "O", kO, packed(p.B, p.H, p.T, p.D));
+  auto d_o = input(g, "dO", kDO, packed(p.B, p.H, p.T, p.D));
+  auto stats = input(g, "Stats", kStats, packed(p.B, p.H, p.T, 1));
+  stats->set_data_type(fe::DataType_t::FLOAT);
+  fe::graph::SDPA_backward_attributes attrs;
+  attrs.set_name("sdpa_backward")
+      .set_causal_mask(p.causal)
+      .set_attn_scale(p.scale)
+      .set_deterministic_algorithm(p.deterministic);
+  auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, d_o, stats, attrs);
+  mark_output(dq, kDQ, packed(p.B, p.H, p.T, p.D));
+  mark_output(dk, kDK, packed(p.B, p.H, p.S, p.D));
+  mark_output(dv, kDV, packed(p.B, p.H, p.S, p.D));
+  return finish(std::move(e), p, ap::Pass::backward);
+}
+
+// cuDNN's verdicts for one call, as attention_path's functions ask for them:
+// each pass's graph is looked up (built on first use) at most once per call,
+// and kept for running it.
+class Graphs {
+ public:
+  explicit Graphs(const ap::Problem& p) : p_(p) {}
+
+  ap::Verdict operator()(ap::Pass pass) {
+    return entry(pass).graph ? ap::Verdict::built : ap::Verdict::refused;
+  }
+
+  const SdpaGraph& entry(ap::Pass pass) {
+    std::shared_ptr<const SdpaGraph>& e = entries_[int(pass)];
+    if (!e)
+      e = graph_cache().get_or_build(p_.key(pass), [&] {
+        return pass == ap::Pass::forward ? build_forward(p_) : build_backward(p_);
+      });
+    return *e;
+  }
+
+  // cuDNN's reason for refusing the pass, if it was asked.
+  std::string refusal(ap::Pass pass) const {
+    const auto& e = entries_[int(pass)];
+    return e ? e->refusal : "cuDNN not asked";
+  }
+
+ private:
+  const ap::Problem& p_;
+  std::shared_ptr<const SdpaGraph> entries_[2];
+};
 
 // cuDNN's attention engines load 16-byte vectors. The outputs are fresh
 // allocations (aligned); an input that is a view at an odd offset (a slice
@@ -245,58 +283,79 @@ Tensor aligned(const Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
 }
 
-// Runs cuDNN's forward; false when cuDNN refused the case.
-bool cudnn_forward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, const Tensor& out,
-                   const Tensor& lse, float scale, bool causal) {
-  auto entry = graph_for(Problem(q_in, k_in, scale, causal), true);
-  if (!entry->graph) return false;
+void cudnn_forward(const SdpaGraph& e, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                   const Tensor& out, const Tensor& lse) {
   const Tensor q = aligned(q_in), k = aligned(k_in), v = aligned(v_in);
   std::unordered_map<int64_t, void*> by_uid = {{kQ, q.data_ptr()},   {kK, k.data_ptr()},
                                                {kV, v.data_ptr()},   {kO, out.data_ptr()},
                                                {kStats, lse.data_ptr()}};
-  cg::execute(*entry->graph, by_uid, q, kOp);
-  return true;
+  cg::execute(*e.graph, by_uid, q, kOp);
 }
 
-bool cudnn_backward(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                    const Tensor& out_in, const Tensor& dout_in, const Tensor& lse,
-                    const Tensor& dq, const Tensor& dk, const Tensor& dv, float scale,
-                    bool causal) {
-  auto entry = graph_for(Problem(q_in, k_in, scale, causal), false);
-  if (!entry->graph) return false;
+void cudnn_backward(const SdpaGraph& e, const Tensor& q_in, const Tensor& k_in,
+                    const Tensor& v_in, const Tensor& out_in, const Tensor& dout_in,
+                    const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
   const Tensor q = aligned(q_in), k = aligned(k_in), v = aligned(v_in), out = aligned(out_in),
                dout = aligned(dout_in);
   std::unordered_map<int64_t, void*> by_uid = {
       {kQ, q.data_ptr()},     {kK, k.data_ptr()},     {kV, v.data_ptr()},
       {kO, out.data_ptr()},   {kDO, dout.data_ptr()}, {kStats, lse.data_ptr()},
       {kDQ, dq.data_ptr()},   {kDK, dk.data_ptr()},   {kDV, dv.data_ptr()}};
-  cg::execute(*entry->graph, by_uid, q, kOp);
-  return true;
+  cg::execute(*e.graph, by_uid, q, kOp);
 }
 
-#else  // no cuDNN: the hand kernel only
+#else  // no cuDNN: the hand kernel only (Problem::cudnn_built is false, so
+       // attention_path never asks for a verdict)
 
-bool cudnn_takes(const Device&, DType, int64_t) { return false; }
-bool cudnn_enabled() { return false; }
+class Graphs {
+ public:
+  explicit Graphs(const ap::Problem&) {}
+  ap::Verdict operator()(ap::Pass) { return ap::Verdict::refused; }
+  std::string refusal(ap::Pass) const { return "libddp was built without cuDNN"; }
+};
 
 #endif  // DDP_HAVE_CUDNN
 
-bool supports(const Device& device, DType dtype, int64_t head) {
-  return cuda_kernels::flash_attention_supports(dtype, head) ||
-         (cudnn_enabled() && cudnn_takes(device, dtype, head));
+// A pass that attention_supports would have sent to the reference path,
+// reached anyway (a direct kernel call, or DDP_CUDNN_ATTENTION turned off
+// between the decision and the pass).
+[[noreturn]] void no_fused_path(const ap::Problem& p, ap::Pass pass, const Graphs& graphs) {
+  DDP_THROW(NotImplementedError,
+            "{}: no fused {} for {} [B={}, H={}, T={}, S={}, D={}] on sm{} (cuDNN: {}); the hand "
+            "kernel takes head sizes 16, 32, 64 and 128 only, and attention_supports sends such "
+            "a call to the reference path",
+            kOp, ap::pass_name(pass), dtype_name(p.dtype), p.B, p.H, p.T, p.S, p.D, p.sm,
+            graphs.refusal(pass));
+}
+
+bool supports(const Tensor& q, const Tensor& k, float scale, bool causal, bool needs_backward) {
+  const ap::Problem p = problem_of(q, k, scale, causal);
+  OnDevice on(q);  // a graph built here uses the device's cuDNN handle
+  Graphs graphs(p);
+  return ap::fused_takes(p, needs_backward, graphs);
 }
 
 void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
              const Tensor& lse, float scale, bool causal) {
   OnDevice on(q);
   if (q.numel() == 0 || k.size(2) == 0) return;
+  const ap::Problem p = problem_of(q, k, scale, causal);
+  Graphs graphs(p);
+  switch (ap::choose(p, ap::Pass::forward, graphs)) {
+    case ap::Path::cudnn:
 #if DDP_HAVE_CUDNN
-  if (cudnn_enabled() && cudnn_takes(q.device(), q.dtype(), q.size(3)) &&
-      cudnn_forward(q, k, v, out, lse, scale, causal))
-    return;
+      cudnn_forward(graphs.entry(ap::Pass::forward), q, k, v, out, lse);
+      return;
+#else
+      break;  // unreachable: no verdict says built without cuDNN
 #endif
-  cuda_kernels::flash_attention_forward(flat(q), flat(k), flat(v), flat(out), flat(lse), scale,
-                                        causal, on.stream);
+    case ap::Path::hand_kernel:
+      cuda_kernels::flash_attention_forward(flat(q), flat(k), flat(v), flat(out), flat(lse),
+                                            scale, causal, on.stream);
+      return;
+    case ap::Path::reference: break;
+  }
+  no_fused_path(p, ap::Pass::forward, graphs);
 }
 
 void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -304,15 +363,24 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
               const Tensor& dk, const Tensor& dv, float scale, bool causal) {
   OnDevice on(q);
   if (q.numel() == 0 || k.size(2) == 0) return;
+  const ap::Problem p = problem_of(q, k, scale, causal);
+  Graphs graphs(p);
+  switch (ap::choose(p, ap::Pass::backward, graphs)) {
+    case ap::Path::cudnn:
 #if DDP_HAVE_CUDNN
-  const bool hand_takes = cuda_kernels::flash_attention_supports(q.dtype(), q.size(3));
-  if ((cudnn_enabled() || !hand_takes) && cudnn_takes(q.device(), q.dtype(), q.size(3)) &&
-      cudnn_backward(q, k, v, out, dout, lse, dq, dk, dv, scale, causal))
-    return;
+      cudnn_backward(graphs.entry(ap::Pass::backward), q, k, v, out, dout, lse, dq, dk, dv);
+      return;
+#else
+      break;
 #endif
-  cuda_kernels::flash_attention_backward(flat(q), flat(k), flat(v), flat(out), flat(dout),
-                                         flat(lse), flat(delta), flat(dq), flat(dk), flat(dv),
-                                         scale, causal, on.stream);
+    case ap::Path::hand_kernel:
+      cuda_kernels::flash_attention_backward(flat(q), flat(k), flat(v), flat(out), flat(dout),
+                                             flat(lse), flat(delta), flat(dq), flat(dk), flat(dv),
+                                             scale, causal, on.stream);
+      return;
+    case ap::Path::reference: break;
+  }
+  no_fused_path(p, ap::Pass::backward, graphs);
 }
 
 PlanCacheStats cache_stats() {

@@ -15,12 +15,15 @@
 // (Note [Flash attention kernels], which never writes the T×S scores to
 // memory) must agree with. On CUDA (Note [Attention paths on CUDA] in
 // src/nn/functional/attention_cuda.cpp):
-//   - f16/bf16 with a head size that is a multiple of 8 up to 128, on a GPU
+//   - f16/bf16 with a head size that is a multiple of 8 up to 256, on a GPU
 //     of compute capability 8.0 or newer: cuDNN's fused attention (tensor
-//     cores), when libddp was built with cuDNN;
+//     cores), when libddp was built with cuDNN and cuDNN builds the graphs
+//     (its backward takes heads above 128 on Hopper only);
 //   - f32/f16/bf16 with a head size of 16, 32, 64 or 128 otherwise: the
 //     hand-written fused kernel (Note [Flash attention kernels]);
-//   - anything else (f64, other head sizes): this path.
+//   - anything else (f64, other head sizes, a head size only cuDNN takes
+//     when cuDNN refuses either pass): this path, chosen before the forward
+//     for both passes, never an error.
 
 #include <optional>
 
