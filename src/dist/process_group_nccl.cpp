@@ -22,9 +22,10 @@
 // read through the current stream (Tensor::cpu(), to_vector()) is ordered
 // correctly. The tensors are used on a stream that did not allocate them, so
 // every one is marked with cuda::record_stream before the collective is
-// queued: if the caller frees it early, its memory is not reused until the
-// communication stream has passed the collective. The Work also holds the
-// tensors until it completes.
+// queued (and only once the group has accepted the operation: Note [NCCL
+// checks before side effects]): if the caller frees it early, its memory is
+// not reused until the communication stream has passed the collective. The
+// Work also holds the tensors until it completes.
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -174,6 +175,19 @@ class NcclGroup {
 // one, up to the timeout). Temporaries are therefore allocated before the
 // first NCCL call of every operation; Launch::touched_comm tells the two
 // cases apart.
+//
+// Note [NCCL checks before side effects]
+// A refused operation leaves no trace: the checks (the tensors' device, then,
+// under comm_mu so that no abort slips in between, whether the group was
+// aborted) run before anything changes. Then the Work is made, the tensors
+// are marked for the communication stream, and only then does the operation
+// take its sequence number and queue stream work. A tensor marked by a
+// refused call would make the caching allocator, when it is freed, record an
+// event on a stream that may never pass it (held by the collective that
+// caused the abort) or no longer exist (the group destroyed first: the block
+// is leaked). Only record_stream's own refusal of memory not from the caching
+// allocator (Tensor::from_storage) comes late; tensors marked before it
+// merely wait for the live communication stream when freed.
 template <class Body>
 WorkPtr enqueue(ProcessGroupNCCL::Impl& p, std::chrono::milliseconds timeout, const char* op,
                 const Tensors& used, Tensors result, bool blocking, Body&& body) {
@@ -182,15 +196,17 @@ WorkPtr enqueue(ProcessGroupNCCL::Impl& p, std::chrono::milliseconds timeout, co
                 "{} ({}): {} is not on the group's device cuda:{}", op, p.who(), t.describe(),
                 p.device);
   CudaDeviceGuard on_device(p.device);
-  for (const Tensor& t : used) cuda::record_stream(t.storage().data(), p.stream);
   auto caller = cuda_kernels::native(cuda::current_stream(p.device));
 
   std::unique_lock<std::mutex> lk(p.comm_mu);
   if (p.aborted.load())
     DDP_THROW(NcclError, "{} ({}): the process group was aborted earlier ({}); create a new one",
               op, p.who(), p.abort_reason);
-  auto work = std::make_shared<WorkNCCL>(op, p.next_seq++, p.rank, p.size, p.device,
+  // Every check has passed: from here on the operation has side effects.
+  auto work = std::make_shared<WorkNCCL>(op, p.next_seq, p.rank, p.size, p.device,
                                          blocking || p.blocking_wait, timeout);
+  for (const Tensor& t : used) cuda::record_stream(t.storage().data(), p.stream);
+  ++p.next_seq;  // only now: a refused call must not skip a number the peers use
   Launch l{p, cuda_kernels::native(p.stream), work->label(), NcclClock::now(),
            timeout};
   try {

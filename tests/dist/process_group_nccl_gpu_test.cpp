@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ddp/core/error.h"
@@ -452,6 +453,76 @@ TEST_F(NcclTest, TimeoutAbortsTheGroup) {
     gate.release();
   }
   pg_.reset();  // the communicator is gone already: nothing to wait for
+  s.synchronize();
+  s.destroy();
+}
+
+// Note [NCCL checks before side effects]: a collective on an aborted group
+// raises before it marks its tensors for the communication stream. The group
+// is aborted as in TimeoutAbortsTheGroup, and its communication stream stays
+// held back behind the gate meanwhile, so an event recorded there when a
+// marked tensor is freed could not pass: the caching allocator would keep the
+// block out of its cache. Unmarked, the block is back in the cache at once
+// and the next request of its size and stream gets it again, without a
+// cudaMalloc (as tests/tensor/cuda_allocator_gpu_test.cpp shows for
+// record_stream itself). Every collective that takes tensors is tried, each
+// on views of one 24 MiB block: a large-pool segment of exactly that size,
+// which is never split or merged.
+TEST_F(NcclTest, RefusedCollectiveLeavesNoMarks) {
+  warm_up(*pg_);
+  pg_->set_timeout(300ms);
+  cuda::Stream s = cuda::Stream::create(0);
+  {
+    cuda::StreamGuard on_s(s);
+    const int64_t n = int64_t(6) << 20;  // f32: 24 MiB
+    const TensorOptions f32 = TensorOptions(DType::f32).device(kGpu);
+    cuda::empty_cache();  // no stale blocks: the block below is the only large one of s
+    const void* block = Tensor::empty({n}, f32).data_ptr();  // freed at once, cached for s
+    Tensor t = Tensor::ones({1024}, f32);
+    s.synchronize();
+    StreamGate gate(s);
+    WorkPtr held = pg_->allreduce({t});
+    ASSERT_TRUE(completes_within(held, 20s));
+    EXPECT_THROW(held->wait(), TimeoutError);
+    ASSERT_TRUE(pg_->is_aborted());
+
+    const uint64_t mallocs = cuda::memory_stats(0).num_cuda_mallocs;
+    const std::vector<std::pair<std::string, std::function<void(const Tensor&)>>> calls = {
+        {"allreduce", [&](const Tensor& x) { pg_->allreduce({x}); }},
+        {"broadcast", [&](const Tensor& x) { pg_->broadcast({x}); }},
+        {"reduce", [&](const Tensor& x) { pg_->reduce({x}); }},
+        {"allgather",
+         [&](const Tensor& x) {
+           pg_->allgather({x.narrow(0, 0, n / 2)}, x.narrow(0, n / 2, n / 2));
+         }},
+        {"reduce_scatter",
+         [&](const Tensor& x) {
+           pg_->reduce_scatter(x.narrow(0, 0, n / 2), {x.narrow(0, n / 2, n / 2)});
+         }},
+        {"all_to_all",
+         [&](const Tensor& x) {
+           pg_->all_to_all(x.narrow(0, 0, n / 2), x.narrow(0, n / 2, n / 2));
+         }},
+    };
+    for (const auto& [op, call] : calls) {
+      SCOPED_TRACE(op);
+      {
+        Tensor x = Tensor::empty({n}, f32);
+        ASSERT_EQ(x.data_ptr(), block) << "the cached block was not reused";
+        try {
+          call(x);
+          ADD_FAILURE() << "no error";
+        } catch (const Error& e) {
+          EXPECT_THAT(e.what(), HasSubstr(op + " (nccl rank 0/1): the process group was aborted"));
+        }
+      }  // x freed: back in the cache at once unless the refused call marked it
+      EXPECT_EQ(Tensor::empty({n}, f32).data_ptr(), block)
+          << "the refused " << op << " left its tensor marked for the communication stream";
+    }
+    EXPECT_EQ(cuda::memory_stats(0).num_cuda_mallocs, mallocs);
+    gate.release();
+  }
+  pg_.reset();
   s.synchronize();
   s.destroy();
 }
