@@ -229,6 +229,7 @@ cp "$ROOT"/benchmarks/reference/*.py "$P/scripts/"
   echo "source_dir $SRC"
   echo "compiler $(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$B/CMakeCache.txt") $(gcc -dumpfullversion 2>/dev/null)"
   echo "nvcc $(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$B/CMakeCache.txt")"
+  echo "cmake_command $(sed -n 's/^CMAKE_COMMAND:INTERNAL=//p' "$B/CMakeCache.txt")"
   for exe in "${programs[@]}"; do echo "program ${exe#"$B"/}"; done
   for name in $(printf '%s\n' "${!packed[@]}" | sort); do echo "library $name ${packed[$name]}"; done
 } > "$P/MANIFEST"

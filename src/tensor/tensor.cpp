@@ -2,7 +2,6 @@
 // Views are in tensor_views.cpp; autograd methods in src/autograd/.
 
 #include "ddp/tensor/tensor.h"
-#include "ddp/tensor/memory_format.h"
 
 #include <cstring>
 #include <sstream>
@@ -11,6 +10,7 @@
 #include "ddp/autograd/node.h"
 #include "ddp/core/dispatch.h"
 #include "ddp/tensor/backend.h"
+#include "ddp/tensor/memory_format.h"
 #include "ddp/tensor/ops.h"
 
 namespace ddp {
@@ -175,9 +175,16 @@ DDP_FOR_EACH_DTYPE(DDP_INSTANTIATE_DATA)
 
 // Copies a contiguous tensor to another device with the same dtype. CUDA to
 // CUDA on another ordinal goes through the host: rare, and kept simple.
+// See Note [Memory-format propagation]: a dense layout (channels-last, any
+// permutation) crosses devices as it is, as torch's .to(device) keeps it: its
+// elements fill one block from data_ptr(), so one copy of that block with the
+// same strides on the other side. Anything else travels contiguous.
 static Tensor transfer(const Tensor& src, Device device, bool non_blocking) {
-  Tensor s = src.contiguous();
-  Tensor dst = Tensor::empty(s.shape(), TensorOptions(s.dtype()).device(device));
+  Shape dense;
+  const bool keep = dense_layout_strides(src, &dense) && dense == src.strides();
+  Tensor s = keep ? src : src.contiguous();
+  const TensorOptions opts = TensorOptions(s.dtype()).device(device);
+  Tensor dst = keep ? empty_in_layout_of({s}, s.shape(), opts) : Tensor::empty(s.shape(), opts);
   if (s.numel() == 0) return dst;
   if (device.is_cuda() && s.device().is_cpu()) {
     backend_for(device).copy_from_host(s.data_ptr(), dst, non_blocking);

@@ -59,6 +59,18 @@ Tensor on_gpu(const std::vector<double>& v, DType d) {
   return Tensor::from_vector(v, {int64_t(v.size())}, TensorOptions(d).device(kGpu));
 }
 std::vector<double> values(const Tensor& t) { return t.to_vector<double>(); }
+// "" when equal, else how many elements differ and the first few (index: got
+// vs want), so a failure on a 2^20-element tensor says where.
+std::string mismatch(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size())
+    return "sizes " + std::to_string(got.size()) + " vs " + std::to_string(want.size());
+  std::string s;
+  size_t bad = 0;
+  for (size_t i = 0; i < got.size(); ++i)
+    if (got[i] != want[i] && bad++ < 4)
+      s += " [" + std::to_string(i) + "]: " + std::to_string(got[i]) + " vs " + std::to_string(want[i]);
+  return bad ? std::to_string(bad) + " of " + std::to_string(got.size()) + " differ:" + s : "";
+}
 
 // Holds a stream back until release() (or 30 s, so a failing test cannot
 // hang CI): a host function that waits for a flag. cudaLaunchHostFunc comes
@@ -235,7 +247,7 @@ TEST_F(NcclTest, ReduceScatterLayouts) {
         Tensor out = Tensor::zeros({n}, TensorOptions(d).device(kGpu));
         WorkPtr w = pg_->reduce_scatter(out, {input}, op);
         w->wait();
-        EXPECT_EQ(values(out), in);
+        EXPECT_EQ(mismatch(values(out), in), "");
         EXPECT_EQ(values(input), in);
         ASSERT_EQ(w->result().size(), 1u);
         EXPECT_TRUE(w->result()[0].is_same(out));

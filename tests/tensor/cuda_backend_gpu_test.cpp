@@ -116,6 +116,26 @@ TEST(CudaBackend, AllocateAndSynchronize) {
   gpu().synchronize(0);
 }
 
+// Tensor::to(device) keeps a dense layout, as torch's .to() does (Note
+// [Memory-format propagation]); a strided view travels contiguous.
+TEST(CudaBackend, DeviceCopiesKeepDenseLayouts) {
+  REQUIRE_GPU();
+  std::vector<float> v(2 * 3 * 4 * 5);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i);
+  Tensor nchw = Tensor::from_vector<float>(v, {2, 3, 4, 5});
+  Tensor nhwc = nchw.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});  // channels-last
+  Tensor on_gpu = nhwc.to(kGpu);
+  EXPECT_EQ(on_gpu.strides(), nhwc.strides());
+  Tensor back = on_gpu.cpu();
+  EXPECT_EQ(back.strides(), nhwc.strides());
+  EXPECT_EQ(back.to_vector<float>(), v);
+  // A sliced view (not dense) arrives contiguous, with the view's values.
+  Tensor view = nchw.select(1, 1);
+  Tensor view_gpu = view.to(kGpu);
+  EXPECT_TRUE(view_gpu.is_contiguous());
+  EXPECT_EQ(view_gpu.to_vector<float>(), view.to_vector<float>());
+}
+
 TEST(CudaBackend, HostCopiesRoundTrip) {
   REQUIRE_GPU();
   for (bool non_blocking : {false, true}) {

@@ -38,13 +38,16 @@
 #   --filter E=F     run only gtest filter F in test executable E (e.g.
 #                    nn_gpu='ConvGpu.*'); repeatable; others are not run
 #   --fallback       build from source even when the programs load
+#   --serial         run the test executables one after another, not at once
+#                    (to tell a test's own failure from one caused by another
+#                    process on the same GPU)
 # Exit status: 0 when no step failed, 1 otherwise, 2 for a bad command line.
 set -uo pipefail
 
 usage() { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 
 PACK="" OUT="" DRY_RUN=0 BUDGET=480 WORK=/tmp/ddp-gpu-pack STEPS=tests,rerun,trainers,bench,extra
-FORCE_FALLBACK=0
+FORCE_FALLBACK=0 SERIAL=0
 declare -A FILTERS=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -55,6 +58,7 @@ while [ $# -gt 0 ]; do
     --steps) STEPS=${2:?--steps needs a list}; shift ;;
     --filter) f=${2:?--filter needs EXE=FILTER}; FILTERS[${f%%=*}]=${f#*=}; shift ;;
     --fallback) FORCE_FALLBACK=1 ;;
+    --serial) SERIAL=1 ;;
     -h|--help) usage 0 ;;
     -*) echo "gpu_check: unknown option $1" >&2; usage 2 ;;
     *) [ -z "$OUT" ] || { echo "gpu_check: one OUTDIR only" >&2; usage 2; }; OUT=$1 ;;
@@ -144,6 +148,11 @@ ORIG_B=$(manifest build_dir) ORIG_SRC=$(manifest source_dir)
 # inside the checkout's).
 find "$B" \( -name CTestTestfile.cmake -o -name '*_include.cmake' -o -name '*_tests.cmake' \) -print0 |
   xargs -0 -r sed -i -e "s|$ORIG_B|$B|g" -e "s|$ORIG_SRC|$ROOT|g"
+# Tests run through `cmake -P` name the build machine's cmake: this one's.
+ORIG_CMAKE=$(manifest cmake_command) HERE_CMAKE=$(command -v cmake || true)
+if [ -n "$ORIG_CMAKE" ] && [ ! -x "$ORIG_CMAKE" ] && [ -n "$HERE_CMAKE" ]; then
+  find "$B" -name CTestTestfile.cmake -print0 | xargs -0 -r sed -i "s|\"$ORIG_CMAKE\"|\"$HERE_CMAKE\"|g"
+fi
 # Paths compiled into the programs (the tests' golden data, DDP_TEST_DATA_DIR)
 # name the original checkout: where it does not exist, a link to this one.
 LINK_NOTE=""
@@ -289,8 +298,12 @@ export DDP_FASHION_MNIST_DIR=$P/data/fashion-mnist  # CTest's trainer tests (too
 summarize_exe() {  # NAME LOG RC ROW_LABEL -> appends EXE_ROWS and failed names
   local name=$1 log=$2 rc=$3 label=${4:-$1} passed failed skipped note="" last
   passed=$(grep -c '^\[       OK \]' "$log")
-  failed=$(grep -E '^\[  FAILED  \] [A-Za-z0-9_/.]+ \(' "$log" | sed -E 's/^\[  FAILED  \] ([^ ]+).*/\1/' | sort -u)
-  skipped=$(grep -c '^\[  SKIPPED \]' "$log")
+  # "[  FAILED  ] Suite.Test (12 ms)", or for a parameterised test
+  # "[  FAILED  ] Inst/Suite.Test/name, where GetParam() = ... (12 ms)"; the
+  # summary at the end repeats them without the time, so count timed lines only.
+  failed=$(grep -E '^\[  FAILED  \] [^ ,]+(, where .*)? \([0-9]+ ms\)$' "$log" |
+           sed -E 's/^\[  FAILED  \] ([^ ,]+).*/\1/' | sort -u)
+  skipped=$(grep -cE '^\[  SKIPPED \] .* \([0-9]+ ms\)$' "$log")
   if [ "$rc" = 124 ] || [ "$rc" = 137 ] || [ "$rc" -ge 128 ]; then
     last=$(grep -E '^\[ RUN      \]' "$log" | tail -n 1 | sed -E 's/^\[ RUN      \] //')
     if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then note="timed out in $last"; else note="died (signal $((rc - 128))) in $last"; fi
@@ -316,7 +329,7 @@ run_exes() {  # every selected executable concurrently, then the heavy tests alo
   for phase in main heavy; do
     limit=$(clip 240)
     [ "$limit" = 0 ] && { ok=0; echo "over budget before the $phase phase" >> "$LOGS/tests.log"; break; }
-    pids=() names=() logs=()
+    pids=() names=() logs=() rcs=()
     for f in "${exes[@]}"; do
       local filter
       if [ -n "${FILTERS[$f]:-}" ]; then
@@ -325,12 +338,16 @@ run_exes() {  # every selected executable concurrently, then the heavy tests alo
       elif [ "$phase" = main ]; then filter="*-$HEAVY"
       else filter=$HEAVY; fi
       logs+=("$LOGS/$f.$phase.log") names+=("$f")
+      [ "$SERIAL" = 1 ] && limit=$(clip 240)
+      [ "$limit" = 0 ] && { echo "over budget before $f ($phase)" >> "$LOGS/tests.log"; ok=0; break; }
       ( cd "$B/tests" && DDP_CUDNN_ALLOW_TF32=0 exec timeout -k 10 "$limit" "./$f" --gtest_filter="$filter" \
           --gtest_color=no ) > "$LOGS/$f.$phase.log" 2>&1 &
       pids+=($!)
+      if [ "$SERIAL" = 1 ]; then wait "$!"; rcs[${#pids[@]} - 1]=$?; fi
     done
     for i in "${!pids[@]}"; do
-      wait "${pids[$i]}"; rc=$?
+      if [ "$SERIAL" = 1 ]; then rc=${rcs[$i]}  # waited for as it ran
+      else wait "${pids[$i]}"; rc=$?; fi
       { echo "==== ${names[$i]} ($phase) exit $rc"; cat "${logs[$i]}"; } >> "$LOGS/tests.log"
       # A heavy phase that matched no test is not a row of its own.
       if [ "$phase" = heavy ] && grep -q '^\[==========\] 0 tests' "${logs[$i]}"; then continue; fi
@@ -374,8 +391,11 @@ if want rerun && [ -s "$LOGS/failed-tests.txt" ]; then
     limit=$(clip 90)
     [ "$limit" = 0 ] && break
     filt=$(grep "^$e:" "$LOGS/failed-tests.txt" | cut -d: -f2- | paste -sd:)
-    # Each failed test alone, so one crash does not hide the next.
-    for t in ${filt//:/ }; do
+    # Each failed test alone, so one crash does not hide the next; more than
+    # four from one executable (a common cause, most likely) in one process.
+    tests=(${filt//:/ })
+    [ "${#tests[@]}" -gt 4 ] && tests=("$filt")
+    for t in "${tests[@]}"; do
       limit=$(clip 60); [ "$limit" = 0 ] && break
       echo "==== $e --gtest_filter=$t  ($DEBUG_ENV)" >> "$LOGS/failures.log"
       ( cd "$B/tests" && env $DEBUG_ENV timeout -k 5 "$limit" "./$e" --gtest_filter="$t" --gtest_color=no ) 2>&1 |
