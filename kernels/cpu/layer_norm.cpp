@@ -9,6 +9,10 @@
 //   dx = rstd · (g - mean(g) - x̂ · mean(g·x̂)),
 //   dw = Σ_rows dy·x̂,  db = Σ_rows dy.
 // The CUDA kernels (kernels/cuda/layer_norm.cu) use the same formulas.
+// Here every sum (per row, and dw/db across rows) adds up in double: a row
+// can be millions of values (layer_norm over [rows, cols] at once), where a
+// running f32 sum drifts by ~n·2⁻²⁴ — 2e-3 of the result at 6.3M values, found
+// as a CPU/GPU mismatch on the first GPU run; the CPU is the reference.
 
 #include <cmath>
 #include <vector>
@@ -36,15 +40,15 @@ void forward_kernel(const Tensor& xt, const Tensor& wt, const Tensor& bt, double
   for (int64_t r = 0; r < rows; ++r) {
     const T* xr = x + r * cols;
     T* yr = y + r * cols;
-    C s = 0;
-    for (int64_t j = 0; j < cols; ++j) s += load(xr[j]);
-    const C mean = s / C(cols);
-    C ss = 0;
+    double s = 0;
+    for (int64_t j = 0; j < cols; ++j) s += double(load(xr[j]));
+    const C mean = C(s / double(cols));
+    double ss = 0;
     for (int64_t j = 0; j < cols; ++j) {
-      const C d = load(xr[j]) - mean;
+      const double d = double(load(xr[j]) - mean);
       ss += d * d;
     }
-    const C rstd = C(1) / std::sqrt(ss / C(cols) + C(eps));
+    const C rstd = C(1.0 / std::sqrt(ss / double(cols) + eps));
     for (int64_t j = 0; j < cols; ++j) {
       C v = (load(xr[j]) - mean) * rstd;
       if (w) v = v * load(w[j]);
@@ -68,24 +72,24 @@ void backward_kernel(const Tensor& dyt, const Tensor& xt, const Tensor& wt, cons
   const C* rstd = ptr<const C>(rt);
   T* dx = dxt.defined() ? ptr<T>(dxt) : nullptr;
   // dw and db accumulate across rows in C, written once at the end.
-  std::vector<C> dw(dwt.defined() ? size_t(cols) : 0, C(0));
-  std::vector<C> db(dbt.defined() ? size_t(cols) : 0, C(0));
+  std::vector<double> dw(dwt.defined() ? size_t(cols) : 0, 0.0);
+  std::vector<double> db(dbt.defined() ? size_t(cols) : 0, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
     const T* dyr = dy + r * cols;
     const T* xr = x + r * cols;
     const C m = mean[r], rs = rstd[r];
-    C sum_g = 0, sum_gx = 0;
+    double sum_g = 0, sum_gx = 0;
     for (int64_t j = 0; j < cols; ++j) {
       const C xhat = (load(xr[j]) - m) * rs;
       const C d = load(dyr[j]);
       const C g = w ? d * load(w[j]) : d;
       sum_g += g;
       sum_gx += g * xhat;
-      if (!dw.empty()) dw[size_t(j)] += d * xhat;
-      if (!db.empty()) db[size_t(j)] += d;
+      if (!dw.empty()) dw[size_t(j)] += double(d * xhat);
+      if (!db.empty()) db[size_t(j)] += double(d);
     }
     if (!dx) continue;
-    const C mean_g = sum_g / C(cols), mean_gx = sum_gx / C(cols);
+    const C mean_g = C(sum_g / double(cols)), mean_gx = C(sum_gx / double(cols));
     T* dxr = dx + r * cols;
     for (int64_t j = 0; j < cols; ++j) {
       const C xhat = (load(xr[j]) - m) * rs;
@@ -95,9 +99,9 @@ void backward_kernel(const Tensor& dyt, const Tensor& xt, const Tensor& wt, cons
     }
   }
   if (!dw.empty())
-    for (int64_t j = 0; j < cols; ++j) ptr<T>(dwt)[j] = store<T>(dw[size_t(j)]);
+    for (int64_t j = 0; j < cols; ++j) ptr<T>(dwt)[j] = store<T>(C(dw[size_t(j)]));
   if (!db.empty())
-    for (int64_t j = 0; j < cols; ++j) ptr<T>(dbt)[j] = store<T>(db[size_t(j)]);
+    for (int64_t j = 0; j < cols; ++j) ptr<T>(dbt)[j] = store<T>(C(db[size_t(j)]));
 }
 
 }  // namespace

@@ -36,7 +36,8 @@
 #   --steps LIST     comma-separated subset of tests,rerun,trainers,bench,extra
 #                    (default all)
 #   --filter E=F     run only gtest filter F in test executable E (e.g.
-#                    nn_gpu='ConvGpu.*'); repeatable; others are not run
+#                    nn_gpu='ConvGpu.*'); repeatable, in the order given; other
+#                    executables are not run
 #   --fallback       build from source even when the programs load
 #   --serial         run the test executables one after another, not at once
 #                    (to tell a test's own failure from one caused by another
@@ -49,6 +50,7 @@ usage() { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2
 PACK="" OUT="" DRY_RUN=0 BUDGET=480 WORK=/tmp/ddp-gpu-pack STEPS=tests,rerun,trainers,bench,extra
 FORCE_FALLBACK=0 SERIAL=0
 declare -A FILTERS=()
+FILTER_ORDER=()  # the executables in the order their --filter was given
 while [ $# -gt 0 ]; do
   case "$1" in
     --prebuilt) PACK=${2:?--prebuilt needs the pack}; shift ;;
@@ -56,7 +58,7 @@ while [ $# -gt 0 ]; do
     --budget) BUDGET=${2:?--budget needs seconds}; shift ;;
     --work) WORK=${2:?--work needs a folder}; shift ;;
     --steps) STEPS=${2:?--steps needs a list}; shift ;;
-    --filter) f=${2:?--filter needs EXE=FILTER}; FILTERS[${f%%=*}]=${f#*=}; shift ;;
+    --filter) f=${2:?--filter needs EXE=FILTER}; FILTERS[${f%%=*}]=${f#*=}; FILTER_ORDER+=("${f%%=*}"); shift ;;
     --fallback) FORCE_FALLBACK=1 ;;
     --serial) SERIAL=1 ;;
     -h|--help) usage 0 ;;
@@ -319,12 +321,13 @@ summarize_exe() {  # NAME LOG RC ROW_LABEL -> appends EXE_ROWS and failed names
 HEAVY='*OomRetry*:*LargeTensor*:*Large*Gpu*'
 run_exes() {  # every selected executable concurrently, then the heavy tests alone
   local exes=() e f pids=() names=() logs=() rcs=() i limit rc ok=1
-  for e in "$B"/tests/*_gpu; do
-    [ -x "$e" ] || continue
-    f=$(basename "$e")
-    [ "${#FILTERS[@]}" -gt 0 ] && [ -z "${FILTERS[$f]:-}" ] && continue
-    exes+=("$f")
-  done
+  if [ "${#FILTER_ORDER[@]}" -gt 0 ]; then
+    for f in "${FILTER_ORDER[@]}"; do
+      [ -x "$B/tests/$f" ] && exes+=("$f") || echo "no test executable $f" >> "$LOGS/tests.log"
+    done
+  else
+    for e in "$B"/tests/*_gpu; do [ -x "$e" ] && exes+=("$(basename "$e")"); done
+  fi
   : > "$LOGS/tests.log"
   for phase in main heavy; do
     limit=$(clip 240)
