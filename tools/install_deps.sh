@@ -13,6 +13,7 @@ packages=(
   dataset-fashion-mnist fortunes
   python3-matplotlib
   libcpp-httplib-dev prometheus python3-pip
+  xz-utils binutils
 )
 
 missing=()
