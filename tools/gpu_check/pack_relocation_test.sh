@@ -39,7 +39,7 @@ done
 for step in trainers bench extra; do
   grep -qE "^\| $step \| (passed|skipped) \|" "$R" || fail "step $step neither passed nor was skipped"
 done
-grep -q '| failed |' "$R" && fail "a step failed"
+grep -qE '^\| [a-z_]+ \| failed \|' "$R" && fail "a step failed"
 [ "$rc" = 0 ] || fail "gpu_check --prebuilt --dry-run exited $rc"
 # ddp_info ran from the pack and named the libraries it loaded.
 grep -q '| libddp |' "$WORK/out/versions.md" || fail "versions.md has no ddp_info table"
