@@ -1,9 +1,12 @@
 # cmake -DMPIEXEC=<mpirun> [-DMPIEXEC_PREFLAGS=...] -DNP=<ranks> -DBENCH=<exe> -DARGS="<args>"
 #       -DJSON=<file> -P run_check_test.cmake
 # cmake -DLAUNCHER=<ddprun> -DNP=<ranks> ... (the same, launched by ddprun)
+#       [-DMIN_MEDIAN_RATIO=<x>]
 # Runs bench_collectives under mpirun (or ddprun) with --json and checks the
-# JSON array: at least one row, every row with wrong == 0 and the required
-# fields (and, under mpirun, the raw-MPI ones).
+# JSON array: at least one row, every row with wrong == 0 (or null, with
+# -c 0) and the required fields (and, under mpirun, the raw-MPI ones). With
+# MIN_MEDIAN_RATIO it prints each row's busbw_ratio (libddp / raw MPI) and
+# their median, and fails when the median is below MIN_MEDIAN_RATIO.
 separate_arguments(_args UNIX_COMMAND "${ARGS}")
 separate_arguments(_pre UNIX_COMMAND "${MPIEXEC_PREFLAGS}")
 file(REMOVE "${JSON}")
@@ -38,6 +41,10 @@ foreach(_i RANGE ${_last})
     if(_jerr)
       message(FATAL_ERROR "row ${_i} of ${JSON}: no '${_key}': ${_jerr}")
     endif()
+    string(JSON _t ERROR_VARIABLE _jerr TYPE "${_json}" ${_i} ${_key})
+    if(_key STREQUAL "wrong" AND _t STREQUAL "NULL")
+      set(_v 0)  # -c 0: not checked
+    endif()
     if(NOT _v MATCHES "^-?[0-9]+(\\.[0-9]*)?([eE][-+]?[0-9]+)?$")
       message(FATAL_ERROR "row ${_i} of ${JSON}: '${_key}' is '${_v}', not a number")
     endif()
@@ -46,5 +53,39 @@ foreach(_i RANGE ${_last})
   if(NOT _wrong EQUAL 0)
     message(FATAL_ERROR "row ${_i} of ${JSON} (${_bytes} bytes): ${_wrong} wrong values")
   endif()
+  if(DEFINED MIN_MEDIAN_RATIO)
+    string(JSON _ratio GET "${_json}" ${_i} busbw_ratio)
+    string(JSON _lib GET "${_json}" ${_i} busbw_gbps)
+    string(JSON _raw GET "${_json}" ${_i} raw_mpi_busbw_gbps)
+    message("busbw ratio (libddp / raw MPI) at ${_bytes} bytes: ${_ratio} (${_lib} / ${_raw} GB/s)")
+    list(APPEND _ratios ${_ratio})
+  endif()
 endforeach()
 message(STATUS "${_n} rows, no wrong values")
+if(DEFINED MIN_MEDIAN_RATIO)
+  # The median of the rows' ratios (the middle one, or the lower middle),
+  # sorted numerically (list(SORT) compares strings).
+  set(_sorted "")
+  foreach(_r ${_ratios})
+    set(_out "")
+    set(_placed FALSE)
+    foreach(_s ${_sorted})
+      if(NOT _placed AND _r LESS _s)
+        list(APPEND _out ${_r})
+        set(_placed TRUE)
+      endif()
+      list(APPEND _out ${_s})
+    endforeach()
+    if(NOT _placed)
+      list(APPEND _out ${_r})
+    endif()
+    set(_sorted ${_out})
+  endforeach()
+  list(LENGTH _sorted _k)
+  math(EXPR _mid "(${_k} - 1) / 2")
+  list(GET _sorted ${_mid} _median)
+  message("median busbw ratio: ${_median} (floor ${MIN_MEDIAN_RATIO})")
+  if(_median LESS MIN_MEDIAN_RATIO)
+    message(FATAL_ERROR "median busbw ratio ${_median} is below ${MIN_MEDIAN_RATIO}")
+  endif()
+endif()

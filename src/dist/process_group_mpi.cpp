@@ -2,31 +2,52 @@
 //
 // Note [MPI progress]
 // Each group owns one worker thread (See Note [One worker per group]) that
-// runs the collectives with the ordinary blocking MPI calls (the fastest path
-// through Open MPI), an MPI failure becoming the Work's MpiError.
-// Point-to-point is the exception: a blocking MPI_Send in a ring would wait
+// runs the collectives in submission order, with the ordinary blocking MPI
+// calls (MPI_Allreduce, ...), an MPI failure becoming the Work's MpiError.
+// They are Open MPI's fast path: coll/tuned picks the algorithm by size and
+// world size, whereas the MPI_I* collectives go through libnbc, whose
+// in-place allreduce is a binomial reduce to rank 0 followed by a broadcast
+// (through a buffer of the whole message malloc'd per call), and which
+// moves on only while someone calls MPI_Test. Posted and tested by the
+// worker they gave 0.36-0.39x raw MPI_Allreduce's bus bandwidth at 2 ranks
+// over 1-64 MiB (median over the sizes), blocking 0.96-0.98x; making the
+// blocking call on a thread of its own, for the worker to wait on with a
+// deadline, cost about 13 us more per call than making it on the worker
+// (docs/benchmarks.md, bench_collectives). So the worker makes the call and
+// a watchdog holds the deadline (Note [MPI timeouts]). A blocking call
+// polls while it waits, as a raw MPI_Allreduce does.
+// Point-to-point is different: a blocking MPI_Send in a ring would wait
 // for a receive that the peer's worker cannot post until its own send
 // returns, so send/recv post MPI_Isend/MPI_Irecv and the worker tests them
 // between tasks (and, while nothing else is queued, in a short backoff
 // loop), completing their Works as they finish.
 //
 // Note [MPI timeouts]
-// The collectives are posted non-blocking (MPI_Iallreduce, ...) and the
-// worker tests them until they finish or the group's timeout passes (a
-// short spin, then sleeps growing to 1 ms), so a desync or a lost rank fails
-// the Work with TimeoutError instead of hanging the worker forever. MPI
-// cannot cancel a posted collective: the timed-out request stays posted, so
-// its buffers (the task, with its staging buffers, and the Work's tensors)
-// are kept alive on purpose, never freed, and the group is broken (every
-// later call raises the same error). Before raising, the timed-out ranks
-// exchange their flight-recorder positions over a second communicator
-// (Note [Desync report]) for up to min(5 s, timeout), then ping the ranks
-// that sent none, to tell busy from lost (Note [MPI liveness] in
-// desync_exchange_mpi.h). The destructor of a
-// broken group neither frees its communicator nor waits for the request,
-// and the atexit handler then skips MPI_Finalize (it could wait on the
-// posted collective): the process should end, and mpirun will say that a
+// A blocking MPI call cannot be interrupted, nor a posted collective
+// cancelled, so a second thread holds the deadline: the watchdog
+// (worker_watchdog_mpi.h). The worker marks each call's start and end with
+// atomics only; the watchdog looks every 100 ms. When a deadline passes it
+// takes the call and breaks the group: the timed-out ranks exchange their
+// flight-recorder positions over a second communicator (Note [Desync
+// report]) for up to min(5 s, timeout), then ping the ranks that sent none,
+// to tell busy from lost (Note [MPI liveness] in desync_exchange_mpi.h),
+// beside the worker's call, as MPI_THREAD_MULTIPLE allows. A worker back
+// by then raises the TimeoutError itself; one still in MPI is given up:
+// the watchdog fails its Work and every Work queued behind it, the worker
+// thread is never joined, its task's buffers and this group's state are
+// never freed (the destructor leaks them on purpose), and should MPI ever
+// return it touches no Work. Either way the group is broken: every later
+// call raises the same error, the destructor does not free the
+// communicators, and the atexit handler skips MPI_Finalize (it could wait
+// on the stuck call): the process should end, and mpirun will say that a
 // rank exited without MPI_Finalize. That is the state a timeout leaves.
+// Under MPI_THREAD_SERIALIZED (an application that initialised MPI so) no
+// second thread may call MPI beside the worker: there, and with
+// DDP_MPI_NONBLOCKING=1, the collectives are posted non-blocking (MPI_I*)
+// and the worker tests them until they finish or the timeout passes (a
+// short spin, then sleeps growing to 1 ms) and makes the report itself; a
+// timed-out request stays posted, the task and the Work's tensors kept
+// alive. That is the slow path above.
 //
 // Note [MPI initialisation and finalisation]
 // MPI is process-global, so this file keeps the only process-global state of
@@ -46,21 +67,16 @@
 
 #include "ddp/dist/process_group_mpi.h"
 
-// The C API only: the MPI-2 C++ bindings would need libmpi_cxx.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <mutex>
 #include <thread>
 
+#include "ddp/core/env.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "ddp/dist/backend_registry.h"
@@ -68,7 +84,9 @@
 #include "desync_report.h"
 #include "host_collectives.h"
 #include "host_staging.h"
+#include "mpi_util.h"
 #include "work_queue.h"
+#include "worker_watchdog_mpi.h"
 
 namespace ddp::dist {
 
@@ -96,8 +114,9 @@ void finalize_at_exit() {
   MPI_Finalized(&finalized);
   if (finalized) return;
   if (g.abandoned_requests) {
-    DDP_LOG_WARNING("mpi: a collective timed out and is still posted; not calling MPI_Finalize "
-                    "(Note [MPI timeouts])");
+    DDP_LOG_WARNING(
+        "mpi: a collective timed out and may still be in MPI; not calling MPI_Finalize "
+        "(Note [MPI timeouts])");
     return;
   }
   if (g.live_groups > 0) {
@@ -108,78 +127,9 @@ void finalize_at_exit() {
   MPI_Finalize();
 }
 
-[[noreturn]] void throw_mpi(const char* file, int line, int rc, const char* op, int rank) {
-  char buf[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  // MPI_Error_string of an unknown code is itself an error, fatal on
-  // MPI_COMM_WORLD's default handler.
-  if (rc < 0 || rc > MPI_ERR_LASTCODE || MPI_Error_string(rc, buf, &len) != MPI_SUCCESS) len = 0;
-  ::ddp::detail::throw_error<MpiError>(file, line,
-                                fmt::format("{} (mpi rank {}): MPI error {}: {}", op, rank, rc,
-                                            std::string(buf, size_t(len))));
-}
-
 }  // namespace
 
-// Raises MpiError naming op and rank when an MPI call fails (the group's
-// communicator has MPI_ERRORS_RETURN).
-#define DDP_MPI_CALL(op, rank, call)                                                      \
-  do {                                                                                    \
-    int ddp_mpi_rc_ = (call);                                                             \
-    if (ddp_mpi_rc_ != MPI_SUCCESS) throw_mpi(__FILE__, __LINE__, ddp_mpi_rc_, op, rank); \
-  } while (0)
-
-namespace {
-
-MPI_Datatype mpi_type(DType d) {
-  switch (d) {
-    case DType::f32:
-      return MPI_FLOAT;
-    case DType::f64:
-      return MPI_DOUBLE;
-    case DType::i32:
-      return MPI_INT32_T;
-    case DType::i64:
-      return MPI_INT64_T;
-    case DType::u8:
-      return MPI_UINT8_T;
-    case DType::f16:
-    case DType::bf16:
-      return MPI_FLOAT;  // Note [Half precision on the wire]
-    default:
-      break;
-  }
-  DDP_THROW(DTypeError, "mpi: no MPI type for {}", dtype_name(d));
-}
-
-MPI_Op mpi_op(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::sum:
-    case ReduceOp::avg:
-      return MPI_SUM;  // avg: sum, then divide by size
-    case ReduceOp::min:
-      return MPI_MIN;
-    case ReduceOp::max:
-      return MPI_MAX;
-    case ReduceOp::product:
-      return MPI_PROD;
-  }
-  return MPI_SUM;
-}
-
-using namespace detail;  // host staging and the wire format (host_staging.h)
-
-// MPI counts are int: elementwise ops are split into chunks of at most this.
-constexpr int64_t kMaxChunk = int64_t(1) << 30;
-
-}  // namespace
-
-// Per-rank byte counts of allgather, reduce_scatter, all_to_all and p2p are
-// MPI ints.
-static void check_int_count(const char* op, int rank, int64_t count, const Tensor& t) {
-  DDP_CHECK(count <= INT_MAX, "{} (mpi rank {}): {} is too large for one MPI message ({} > {})", op,
-            rank, t.describe(), count, INT_MAX);
-}
+using namespace detail;  // host staging, the wire format, mpi_util.h
 
 // The collectives: Note [Host collective sequence].
 struct ProcessGroupMPI::Impl final : HostTransport {
@@ -199,17 +149,22 @@ struct ProcessGroupMPI::Impl final : HostTransport {
   std::atomic<int64_t> timeout_ms{0};
   const FlightRecorder* recorder = nullptr;
   std::mutex broken_mu;
-  std::exception_ptr broken;  // the first timeout; every later call rethrows it
-  std::vector<std::shared_ptr<void>> abandoned;  // kept alive for posted requests
+  std::exception_ptr broken;                     // the first timeout; every later call rethrows it
+  std::atomic<bool> is_broken{false};            // broken is set
+  std::vector<std::shared_ptr<void>> abandoned;  // kept alive for MPI (under broken_mu)
   int rank = 0;
   int size = 1;
   int tag_ub = 32767;
   std::vector<Pending> pending;  // worker thread only
+  // Holds the deadline of the worker's blocking calls (Note [MPI progress]);
+  // null: the calls are posted and tested (Note [MPI timeouts]).
+  std::unique_ptr<WorkerWatchdog> watchdog;
   std::unique_ptr<WorkQueue> queue;
 
   void start() {
     queue = std::make_unique<WorkQueue>("mpi", rank);
-    queue->start({[this] { return !pending.empty(); }, [this] { return poll_pending(); },
+    queue->start({[this] { return !pending.empty() && !gave_up(); },
+                  [this] { return !gave_up() && poll_pending(); },
                   [this] {
                     for (Pending& p : pending)
                       if (p.is_recv) MPI_Cancel(&p.req);
@@ -220,30 +175,44 @@ struct ProcessGroupMPI::Impl final : HostTransport {
   int transport_size() const override { return size; }
 
   std::exception_ptr first_failure() {
+    if (!is_broken.load(std::memory_order_acquire)) return nullptr;  // the common case
     std::lock_guard<std::mutex> lk(broken_mu);
     return broken;
+  }
+
+  void keep(std::vector<std::shared_ptr<void>> buffers) {
+    std::lock_guard<std::mutex> lk(broken_mu);
+    for (auto& b : buffers) abandoned.push_back(std::move(b));
+  }
+
+  // The worker was given up, stuck in MPI: the watchdog failed its Works.
+  bool gave_up() const { return watchdog && watchdog->gave_up(); }
+
+  WorkPtr track(WorkPtr w) {
+    if (watchdog) watchdog->track(w);
+    return w;
   }
 
   WorkPtr submit(const char* op, Tensors result, std::function<void()> run) override {
     if (auto e = first_failure()) std::rethrow_exception(e);
     auto task = std::make_shared<std::function<void()>>(std::move(run));
-    return queue->submit(op, result, [this, task, result] {
+    return track(queue->submit(op, result, [this, task, result] {
+      if (gave_up()) return false;  // already failed (Note [MPI timeouts])
       if (auto e = first_failure()) std::rethrow_exception(e);
       try {
         (*task)();
       } catch (const TimeoutError&) {
-        // Note [MPI timeouts]: the request stays posted on these buffers.
-        abandoned.push_back(task);
-        abandoned.push_back(std::make_shared<Tensors>(result));
+        if (gave_up()) return false;
+        // Note [MPI timeouts]: MPI may still use these buffers.
+        keep({task, std::make_shared<Tensors>(result)});
         throw;
       }
       return true;
-    });
+    }));
   }
 
   // Tests req until it finishes or the timeout passes (Note [MPI timeouts]).
-  void wait_request(const char* op, MPI_Request& req) {
-    const auto t = std::chrono::milliseconds(timeout_ms.load());
+  void wait_request(const char* op, MPI_Request& req, std::chrono::milliseconds t) {
     const auto start = std::chrono::steady_clock::now();
     const auto deadline = t.count() > 0 ? start + t : std::chrono::steady_clock::time_point::max();
     auto nap = std::chrono::microseconds(0);
@@ -252,7 +221,7 @@ struct ProcessGroupMPI::Impl final : HostTransport {
       DDP_MPI_CALL(op, rank, MPI_Test(&req, &flag, MPI_STATUS_IGNORE));
       if (flag) return;
       const auto now = std::chrono::steady_clock::now();
-      if (now >= deadline) time_out(op, t);
+      if (now >= deadline) std::rethrow_exception(time_out(op, t));
       if (now - start > std::chrono::microseconds(200)) {
         nap = std::min(std::chrono::microseconds(1000), nap * 2 + std::chrono::microseconds(10));
         std::this_thread::sleep_for(nap);
@@ -260,12 +229,19 @@ struct ProcessGroupMPI::Impl final : HostTransport {
     }
   }
 
-  [[noreturn]] void time_out(const char* op, std::chrono::milliseconds t) {
-    break_group(op, fmt::format("not completed within {:.1f} s", t.count() / 1000.0), true);
+  std::exception_ptr time_out(const char* op, std::chrono::milliseconds t) {
+    return fail_group(op, fmt::format("not completed within {:.1f} s", t.count() / 1000.0), true);
   }
 
   [[noreturn]] void break_group(const char* op, const std::string& what, bool timed_out) {
-    if (auto e = first_failure()) std::rethrow_exception(e);
+    std::rethrow_exception(fail_group(op, what, timed_out));
+  }
+
+  // Breaks the group with the desync report and returns its error (the
+  // first one, if it was broken already). On the worker, or on the watchdog
+  // while the worker is in MPI.
+  std::exception_ptr fail_group(const char* op, const std::string& what, bool timed_out) {
+    if (auto e = first_failure()) return e;
     if (timed_out) {
       MpiGlobal& g = mpi_global();
       std::lock_guard<std::mutex> lk(g.mu);
@@ -273,15 +249,18 @@ struct ProcessGroupMPI::Impl final : HostTransport {
     }
     // After an error (not a timeout) the other ranks may still sit in the
     // collective until their own timeout: wait for their answers that long.
+    std::vector<std::shared_ptr<void>> in_flight;
     std::string report = exchange_positions_mpi(
         report_comm, responder ? ping_comm : MPI_COMM_NULL, rank, size, recorder,
         std::chrono::milliseconds(std::max<int64_t>(timeout_ms.load(), 1)),
         timed_out ? std::chrono::milliseconds(0) : std::chrono::milliseconds(timeout_ms.load()),
-        abandoned);
+        in_flight);
+    keep(std::move(in_flight));
     if (!report.empty()) DDP_LOG_ERROR("mpi rank {} of {}: {}", rank, size, report);
     if (recorder) {
       const std::string path = recorder->dump_to_file(fmt::format("{}: {}", op, what));
-      if (!path.empty()) report += (report.empty() ? "" : "; ") + ("flight recorder dumped to " + path);
+      if (!path.empty())
+        report += (report.empty() ? "" : "; ") + ("flight recorder dumped to " + path);
     }
     std::exception_ptr err;
     try {
@@ -293,25 +272,23 @@ struct ProcessGroupMPI::Impl final : HostTransport {
     } catch (...) {
       err = std::current_exception();
     }
-    {
-      std::lock_guard<std::mutex> lk(broken_mu);
-      if (!broken) broken = err;
-    }
-    std::rethrow_exception(err);
+    std::lock_guard<std::mutex> lk(broken_mu);
+    if (!broken) broken = err;
+    is_broken.store(true, std::memory_order_release);
+    return broken;
   }
-
-
 
   // post() starts a non-blocking request on the worker; the worker completes
   // the Work when the request finishes (Note [MPI progress]).
   WorkPtr submit_p2p(const std::string& op, Tensors result, std::function<Pending()> post) {
-    return queue->submit_with_work(op, std::move(result),
-                                   [this, post = std::move(post)](const WorkPtr& w) {
-                                     Pending pd = post();
-                                     pd.work = w;
-                                     pending.push_back(std::move(pd));
-                                     return false;
-                                   });
+    return track(queue->submit_with_work(op, std::move(result),
+                                         [this, post = std::move(post)](const WorkPtr& w) {
+                                           if (gave_up()) return false;  // already failed
+                                           Pending pd = post();
+                                           pd.work = w;
+                                           pending.push_back(std::move(pd));
+                                           return false;
+                                         }));
   }
 
   // Tests the pending point-to-point requests; returns whether any finished.
@@ -348,33 +325,41 @@ struct ProcessGroupMPI::Impl final : HostTransport {
     return progressed;
   }
 
-  // ---- the operations, run on the worker ------------------------------------
-
   // ---- HostTransport (Note [Host collective sequence]) ----------------------
+  // Each MPI call is one lambda: with a request, the non-blocking form; with
+  // nullptr, the blocking one.
   // Elementwise calls are split into chunks of at most kMaxChunk elements.
-  void reduce(const char* op, DType wire, void* data, int64_t n, ReduceOp rop,
-              int root) override {
-    MPI_Datatype type = mpi_type(wire);
+  void reduce(const char* op, DType wire, void* data, int64_t n, ReduceOp rop, int root) override {
+    const MPI_Datatype type = mpi_type(wire);
+    const MPI_Op mop = mpi_op(rop);
     const size_t esize = element_size(wire);
+    const MPI_Comm c = comm;
+    const int me = rank;
     for (int64_t off = 0; off < n; off += kMaxChunk) {
-      int c = int(std::min(kMaxChunk, n - off));
-      auto* p = static_cast<std::byte*>(data) + off * esize;
-      if (root < 0)
-        post(op, [&](MPI_Request* q) { return MPI_Iallreduce(MPI_IN_PLACE, p, c, type, mpi_op(rop), comm, q); });
-      else if (root == rank)
-        post(op, [&](MPI_Request* q) { return MPI_Ireduce(MPI_IN_PLACE, p, c, type, mpi_op(rop), root, comm, q); });
-      else
-        post(op, [&](MPI_Request* q) { return MPI_Ireduce(p, nullptr, c, type, mpi_op(rop), root, comm, q); });
+      const int k = int(std::min(kMaxChunk, n - off));
+      void* p = static_cast<std::byte*>(data) + off * esize;
+      call(op, [=](MPI_Request* q) {
+        if (root < 0)
+          return q ? MPI_Iallreduce(MPI_IN_PLACE, p, k, type, mop, c, q)
+                   : MPI_Allreduce(MPI_IN_PLACE, p, k, type, mop, c);
+        void* send = root == me ? MPI_IN_PLACE : p;
+        void* recv = root == me ? p : nullptr;
+        return q ? MPI_Ireduce(send, recv, k, type, mop, root, c, q)
+                 : MPI_Reduce(send, recv, k, type, mop, root, c);
+      });
     }
   }
 
   void broadcast(const char* op, void* data, size_t nbytes, int root) override {
     const int64_t n = int64_t(nbytes);
-    for (int64_t off = 0; off < n; off += kMaxChunk)
-      post(op, [&](MPI_Request* q) {
-        return MPI_Ibcast(static_cast<std::byte*>(data) + off, int(std::min(kMaxChunk, n - off)),
-                          MPI_BYTE, root, comm, q);
+    const MPI_Comm c = comm;
+    for (int64_t off = 0; off < n; off += kMaxChunk) {
+      void* p = static_cast<std::byte*>(data) + off;
+      const int k = int(std::min(kMaxChunk, n - off));
+      call(op, [=](MPI_Request* q) {
+        return q ? MPI_Ibcast(p, k, MPI_BYTE, root, c, q) : MPI_Bcast(p, k, MPI_BYTE, root, c);
       });
+    }
   }
 
   void check_count(const char* op, int64_t count, const Tensor& t) override {
@@ -383,38 +368,60 @@ struct ProcessGroupMPI::Impl final : HostTransport {
 
   // Counts fit an int: checked before staging (check_count).
   void allgather(const char* op, const void* in, void* out, size_t n) override {
-    post(op, [&](MPI_Request* q) {
-      return MPI_Iallgather(in ? in : MPI_IN_PLACE, int(n), MPI_BYTE, out, int(n), MPI_BYTE, comm, q);
+    const void* send = in ? in : MPI_IN_PLACE;
+    const int k = int(n);
+    const MPI_Comm c = comm;
+    call(op, [=](MPI_Request* q) {
+      return q ? MPI_Iallgather(send, k, MPI_BYTE, out, k, MPI_BYTE, c, q)
+               : MPI_Allgather(send, k, MPI_BYTE, out, k, MPI_BYTE, c);
     });
   }
 
   void reduce_scatter(const char* op, DType wire, void* in, bool, void* out, int64_t n,
                       ReduceOp rop) override {
-    post(op, [&](MPI_Request* q) {
-      return MPI_Ireduce_scatter_block(in, out, int(n), mpi_type(wire), mpi_op(rop), comm, q);
+    const MPI_Datatype type = mpi_type(wire);
+    const MPI_Op mop = mpi_op(rop);
+    const int k = int(n);
+    const MPI_Comm c = comm;
+    call(op, [=](MPI_Request* q) {
+      return q ? MPI_Ireduce_scatter_block(in, out, k, type, mop, c, q)
+               : MPI_Reduce_scatter_block(in, out, k, type, mop, c);
     });
   }
 
   void all_to_all(const char* op, const void* in, void* out, size_t chunk) override {
-    const int c = int(chunk);
-    post(op, [&](MPI_Request* q) {
-      return MPI_Ialltoall(in ? in : MPI_IN_PLACE, c, MPI_BYTE, out, c, MPI_BYTE, comm, q);
+    const void* send = in ? in : MPI_IN_PLACE;
+    const int k = int(chunk);
+    const MPI_Comm c = comm;
+    call(op, [=](MPI_Request* q) {
+      return q ? MPI_Ialltoall(send, k, MPI_BYTE, out, k, MPI_BYTE, c, q)
+               : MPI_Alltoall(send, k, MPI_BYTE, out, k, MPI_BYTE, c);
     });
   }
 
   void barrier() override {
-    post("barrier", [&](MPI_Request* q) { return MPI_Ibarrier(comm, q); });
+    const MPI_Comm c = comm;
+    call("barrier", [=](MPI_Request* q) { return q ? MPI_Ibarrier(c, q) : MPI_Barrier(c); });
   }
 
-  // Posts a non-blocking collective and waits for it (Note [MPI timeouts]).
-  // An MPI error (a count mismatch: MPI_ERR_TRUNCATE) breaks the group with
-  // the desync report too.
-  template <class Post>
-  void post(const char* op, Post&& start) {
-    MPI_Request req = MPI_REQUEST_NULL;
+  // Makes one MPI call of a collective: blocking, under the watchdog's
+  // deadline (Note [MPI progress]), or posted and tested until the timeout
+  // (Note [MPI timeouts]). An MPI error (a count mismatch: MPI_ERR_TRUNCATE)
+  // breaks the group with the desync report too.
+  template <class Call>
+  void call(const char* op, const Call& mpi) {
+    const auto t = std::chrono::milliseconds(timeout_ms.load());
     try {
-      DDP_MPI_CALL(op, rank, start(&req));
-      wait_request(op, req);
+      if (watchdog) {
+        watchdog->begin(op, t);
+        const int rc = mpi(nullptr);
+        if (std::exception_ptr e = watchdog->end()) std::rethrow_exception(e);
+        DDP_MPI_CALL(op, rank, rc);
+      } else {
+        MPI_Request req = MPI_REQUEST_NULL;
+        DDP_MPI_CALL(op, rank, mpi(&req));
+        wait_request(op, req, t);
+      }
     } catch (const MpiError& e) {
       break_group(op, e.what(), false);
     }
@@ -481,6 +488,13 @@ std::shared_ptr<ProcessGroupMPI> ProcessGroupMPI::create() {
   MPI_Comm_get_attr(impl->comm, MPI_TAG_UB, &ub, &flag);
   if (flag && ub) impl->tag_ub = *static_cast<int*>(ub);
   int r = impl->rank, s = impl->size;
+  // Note [MPI progress]; under MPI_THREAD_SERIALIZED the watchdog could not
+  // make the desync report beside the worker's call (Note [MPI timeouts]).
+  if (g.thread_level == MPI_THREAD_MULTIPLE && s > 1 && !env_bool("DDP_MPI_NONBLOCKING", false))
+    impl->watchdog = std::make_unique<WorkerWatchdog>(
+        [p = impl.get()](const char* op, std::chrono::milliseconds t) {
+          return p->time_out(op, t);
+        });
   ++g.live_groups;
   return std::shared_ptr<ProcessGroupMPI>(new ProcessGroupMPI(r, s, std::move(impl)));
 }
@@ -491,9 +505,27 @@ void ProcessGroupMPI::set_timeout(std::chrono::milliseconds t) {
 }
 
 ProcessGroupMPI::~ProcessGroupMPI() {
-  impl_->queue->stop();      // never stuck in MPI: waits end at the timeout
-  impl_->responder.reset();  // before the recorder and its communicator go
   MpiGlobal& g = mpi_global();
+  if (impl_->watchdog) {
+    // What was submitted runs first, or the watchdog gives the worker up
+    // (Note [MPI timeouts]).
+    WorkPtr last = impl_->track(impl_->queue->submit("shutdown", {}, [] { return true; }));
+    try {
+      last->wait();
+    } catch (...) {  // failed with the group's error
+    }
+    impl_->watchdog->stop();
+    if (impl_->watchdog->gave_up()) {
+      // The worker is still in MPI, on this Impl: it is never joined or freed.
+      impl_->responder.reset();
+      (void)impl_.release();
+      std::lock_guard<std::mutex> lk(g.mu);
+      --g.live_groups;
+      return;
+    }
+  }
+  impl_->queue->stop();      // the worker is not in MPI any more (or times out)
+  impl_->responder.reset();  // before the recorder and its communicator go
   std::lock_guard<std::mutex> lk(g.mu);
   int finalized = 0;
   MPI_Finalized(&finalized);

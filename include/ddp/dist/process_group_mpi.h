@@ -28,8 +28,9 @@ class ProcessGroupMPI : public HostProcessGroup {
  public:
   // Initialises MPI when nobody has yet (MPI_THREAD_MULTIPLE), duplicates
   // MPI_COMM_WORLD (so two groups never see each other's messages) and starts
-  // the group's worker thread and, under MPI_THREAD_MULTIPLE, a thread that
-  // answers liveness pings for the desync report (Note [MPI liveness] in
+  // the group's worker thread and, under MPI_THREAD_MULTIPLE, the thread that
+  // makes its blocking MPI calls (Note [MPI progress]) and one that answers
+  // liveness pings for the desync report (Note [MPI liveness] in
   // src/dist/desync_exchange_mpi.h). Collective over MPI_COMM_WORLD: every rank must
   // create its groups in the same order. Raises MpiError when MPI fails or was
   // initialised by someone else with too low a thread level.

@@ -3,18 +3,20 @@
 // DDP_DEBUG=detail, with the collective check's error (Note [Collective
 // check mode]). Run by ctest through ddprun (gloo) and mpirun (mpi).
 //
-//   pg_desync_main --backend gloo|mpi --scenario skip|shape|sleep|killed [--odd R]
+//   pg_desync_main --backend gloo|mpi --scenario skip|shape|sleep|killed|late [--odd R]
 //
 // Every rank issues allreduce "step 1", allreduce "step 2", barrier "step 3";
 // the odd rank (default 1) skips step 2 (skip), passes a longer tensor in
 // step 2 (shape), sleeps instead of step 2 and issues nothing more (sleep:
 // the others must call it alive but busy), or raises SIGKILL on itself
 // while its (16 MiB) step 2 is in flight (killed: the others must call it
-// lost). Each rank prints one line "rank N: PASS ..." when it saw what it
-// should, or "rank N: odd rank, done" for an odd rank that saw no error; the
-// ctest checks that every rank printed one (expect_lines.sh), since mpirun's
-// exit status is not the ranks' (a timed-out MPI rank skips MPI_Finalize:
-// Note [MPI timeouts]).
+// lost), or starts step 2 1.5 s after the others' timeout (late, mpi: the
+// others' blocking call returns while their watchdog makes the report, Note
+// [MPI timeouts]; they must still end with the report). Each rank prints
+// one line "rank N: PASS ..." when it saw what it should, or "rank N: odd
+// rank, done" for an odd rank that saw no error; the ctest checks that every
+// rank printed one (expect_lines.sh), since mpirun's exit status is not the
+// ranks' (a timed-out MPI rank skips MPI_Finalize: Note [MPI timeouts]).
 
 #include <chrono>
 #include <csignal>
@@ -82,9 +84,17 @@ int main(int argc, char** argv) {
       }
       work->wait();
     } else if (!(is_odd && scenario == "skip")) {
+      if (is_odd && scenario == "late")
+        std::this_thread::sleep_for(std::chrono::milliseconds(int((kTimeoutS + 1.5) * 1000)));
       CollectiveTag tag("step 2");
       Tensor b = Tensor::ones({is_odd && scenario == "shape" ? 5 : 4});
       g.allreduce({b})->wait();
+      if (is_odd && scenario == "late") {
+        std::printf("rank %d: odd rank, done (late step 2 completed)\n", rank);
+        std::fflush(stdout);
+        std::this_thread::sleep_for(std::chrono::seconds(14));
+        return 0;
+      }
     }
     {
       CollectiveTag tag("step 3");
