@@ -275,7 +275,7 @@ ratio "GPT-2 124M bf16 B16 T1024 (vs torch.compile)" "$OUT/logs/bench_gpt.json" 
 
 # ---- 8. the report ---------------------------------------------------------------------------
 REPORT=$OUT/report.md
-failed=0
+failed=$(failed_steps)
 {
   echo "# libddp GPU check, $(date -u '+%Y-%m-%d %H:%M UTC')"
   echo
@@ -285,20 +285,7 @@ failed=0
   echo
   echo "$VERSIONS"
   echo
-  echo "## Steps"
-  echo
-  echo "| step | result | time (s) | note |"
-  echo "|---|---|---|---|"
-  for i in "${!STEP_IDS[@]}"; do
-    echo "| ${STEP_IDS[$i]} | ${STEP_RESULTS[$i]} | ${STEP_TIMES[$i]} | ${STEP_NOTES[$i]//|/\\|} |"
-    [ "${STEP_RESULTS[$i]}" = failed ] && failed=$((failed + 1))
-  done
-  echo
-  echo "## Figures"
-  echo
-  echo "| what | value |"
-  echo "|---|---|"
-  printf '%s\n' "${FIGURES[@]}"
+  report_steps_and_figures
   echo
   echo "## Failures"
   echo
@@ -320,7 +307,7 @@ failed=0
   echo "## Commands"
   echo
   echo '```'
-  for i in "${!STEP_IDS[@]}"; do [ -n "${STEP_CMDS[$i]}" ] && echo "# ${STEP_IDS[$i]}: ${STEP_CMDS[$i]}"; done
+  report_commands
   echo '```'
 } > "$REPORT"
 echo "gpu_check: $failed step(s) failed; report: $REPORT" >&2

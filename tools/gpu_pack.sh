@@ -137,10 +137,9 @@ ln -s "$soname" "$P/lib/libddp.so"
 done
 
 # ---- shared libraries ------------------------------------------------------------------
-# Which libraries stay behind: glibc (the GPU machine's own) and NVIDIA's
-# (PyTorch's wheels there). libstdc++/libgcc_s go to lib/fallback/.
-is_glibc() { [[ $1 =~ ^(libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|ld-linux-x86-64)\.so ]]; }
-is_nvidia() { [[ $1 =~ ^lib(cuda|cudart|cublas|cublasLt|cudnn.*|nccl|nvrtc.*|nvJitLink|cupti|cufft|curand|cusolver|cusparse|nvidia-.*)\.so ]]; }
+# Which libraries stay behind: glibc and NVIDIA's (is_glibc, is_nvidia in
+# tools/gpu_check/common.sh). libstdc++/libgcc_s go to lib/fallback/.
+source "$ROOT/tools/gpu_check/common.sh"
 declare -A packed=()
 for exe in "${programs[@]}" "$LIBDDP"; do
   while read -r name path; do

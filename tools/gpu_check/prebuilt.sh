@@ -84,26 +84,12 @@ source "$ROOT/tools/gpu_check/common.sh"
 
 # ---- the report, rewritten after every step ------------------------------------------
 write_report() {
-  local i failed=0
   {
     echo "# libddp GPU check (prebuilt pack), $(date -u '+%Y-%m-%d %H:%M UTC')"
     echo
     echo "$( [ "$DRY_RUN" = 1 ] && echo "**Dry run** (no GPU): tests skip, other programs only load. " )Pack \`$(basename "$PACK")\` ($(du -m "$PACK" | cut -f1) MiB), commit \`$(manifest commit | cut -c1-12)\`$( [ "$(manifest dirty)" = yes ] && echo ' (dirty)'), archs $(manifest cuda_archs), host $(hostname), $(nproc) cores; $SECONDS s of a $BUDGET s budget so far."
     echo
-    echo "## Steps"
-    echo
-    echo "| step | result | time (s) | note |"
-    echo "|---|---|---|---|"
-    for i in "${!STEP_IDS[@]}"; do
-      echo "| ${STEP_IDS[$i]} | ${STEP_RESULTS[$i]} | ${STEP_TIMES[$i]} | ${STEP_NOTES[$i]//|/\\|} |"
-      [ "${STEP_RESULTS[$i]}" = failed ] && failed=$((failed + 1))
-    done
-    echo
-    echo "## Figures"
-    echo
-    echo "| what | value |"
-    echo "|---|---|"
-    printf '%s\n' "${FIGURES[@]}"
+    report_steps_and_figures
     echo
     echo "## Test executables"
     echo
@@ -122,7 +108,7 @@ write_report() {
     echo "## Commands"
     echo
     echo '```'
-    for i in "${!STEP_IDS[@]}"; do [ -n "${STEP_CMDS[$i]}" ] && echo "# ${STEP_IDS[$i]}: ${STEP_CMDS[$i]}"; done
+    report_commands
     echo '```'
   } > "$OUT/report.md.tmp" && mv "$OUT/report.md.tmp" "$OUT/report.md"
   # The logs OUTDIR brings back (each cut to 8 MiB).
@@ -199,8 +185,8 @@ for rel in $PROGRAMS lib/libddp.so; do
   # From outside the pack, only glibc, NVIDIA's libraries and libstdc++/libgcc_s.
   awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' "$LOGS/ldd.one" | while read -r name path; do
     case "$path" in "$P"/*) continue ;; esac
-    [[ $name =~ ^(libc|libm|libdl|libpthread|librt|libresolv|libutil|libanl|ld-linux-x86-64|libstdc\+\+|libgcc_s)\.so ]] && continue
-    [[ $name =~ ^lib(cuda|cudart|cublas|cublasLt|cudnn.*|nccl|nvrtc.*|nvJitLink|cupti|cufft|curand|cusolver|cusparse|nvidia-.*)\.so ]] && continue
+    is_glibc "$name" || is_nvidia "$name" && continue
+    [[ $name =~ ^(libstdc\+\+|libgcc_s)\.so ]] && continue
     echo "$rel: $name from outside the pack: $path"
   done >> "$LOGS/ldd.txt"
 done
@@ -534,7 +520,6 @@ if want extra; then
     if [ "$(left)" -gt 60 ]; then
       bench_one bench_gpt_torch_compile 150 python3 "$REF/bench_gpt.py" $G_ARGS --compile --json "$LOGS/bench_gpt_compile.json" >/dev/null 2>&1
       notes+="torch.compile twin exit $?"
-      cat "$LOGS/bench.log" > /dev/null
       a=$(json_get "$LOGS/bench_gpt.json" tokens_per_s) b=$(json_get "$LOGS/bench_gpt_compile.json" tokens_per_s)
       [ -n "$b" ] && figure "GPT-2 124M bf16 B16 T1024: libddp / torch.compile tokens_per_s" "${a:-?} / $b$([ -n "$a" ] && echo " = **$(calc "round($a / $b, 3)")×**")"
     fi
@@ -543,7 +528,6 @@ if want extra; then
   write_report
 fi
 
-failed=0
-for r in "${STEP_RESULTS[@]}"; do [ "$r" = failed ] && failed=$((failed + 1)); done
+failed=$(failed_steps)
 echo "gpu_check: $failed step(s) failed in $SECONDS s; report: $OUT/report.md" >&2
 [ "$failed" = 0 ]
