@@ -13,7 +13,7 @@ packages=(
   dataset-fashion-mnist fortunes
   python3-matplotlib
   libcpp-httplib-dev prometheus python3-pip
-  xz-utils binutils
+  xz-utils binutils libssl-dev libbrotli-dev libopenblas-pthread-dev
 )
 
 missing=()
