@@ -62,20 +62,25 @@ if(DDP_HAVE_GLOO AND TARGET ddprun)
   list(APPEND _launchers gloo)
   set(_ddp_ex_launch_gloo $<TARGET_FILE:ddprun> --nproc-per-node 2 --master-port 0)
 endif()
+# The mpi run trains channels-last, the gloo run contiguous (Note [Trainer
+# memory format]): each layout through DDP, a checkpoint and a resume.
+set(_ddp_ex_layout_mpi channels-last)
+set(_ddp_ex_layout_gloo contiguous)
 foreach(backend IN LISTS _launchers)
   set(launch ${_ddp_ex_launch_${backend}})
+  set(layout --memory-format ${_ddp_ex_layout_${backend}})
   set(dir ${_ddp_ex_work}/resnet_${backend})
   file(MAKE_DIRECTORY ${_ddp_ex_work})
   ddp_example_test(examples.train_resnet.${backend}.resume
     LABELS dist ENV ${_ddp_ex_${backend}_env} CLEAN_DIR ${dir}
     CMD0 ${launch} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 5
-         --metrics ${dir}.reference.jsonl --backend ${backend}
+         --metrics ${dir}.reference.jsonl --backend ${backend} ${layout}
     COMPARE_METRICS "${dir}.reference.jsonl|${dir}.jsonl"
     CMD1 ${launch} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 3
-         --checkpoint-dir ${dir} --metrics ${dir}.jsonl --backend ${backend}
+         --checkpoint-dir ${dir} --metrics ${dir}.jsonl --backend ${backend} ${layout}
     CMD2 ${launch} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 5
-         --checkpoint-dir ${dir} --metrics ${dir}.jsonl --backend ${backend} --resume
-    EXPECT_REGEX "resumed from step 3 .*step 5/5 .*saved checkpoint at step 5"
+         --checkpoint-dir ${dir} --metrics ${dir}.jsonl --backend ${backend} --resume ${layout}
+    EXPECT_REGEX "; ${_ddp_ex_layout_${backend}}.*resumed from step 3 .*step 5/5 .*saved checkpoint at step 5"
     JSON_KEYS ${_ddp_ex_resnet_keys}
     JSON_EQUALS world_size=2 start_step=3 steps=5 backend=${backend})
 
@@ -109,6 +114,8 @@ set(_ddp_ex_bad_flags
   "resnet_below_min|train_resnet|--epochs|0|--epochs: '0' is below the minimum 1"
   "resnet_flag_with_value|train_resnet|--resume=yes|--resume: takes no value"
   "resnet_resume_without_dir|train_resnet|--resume|--resume: needs --checkpoint-dir"
+  "resnet_bad_memory_format|train_resnet|--memory-format|nhwc|--memory-format: 'nhwc' is not one of"
+  "resnet_memory_format_conflict|train_resnet|--channels-last|--memory-format|contiguous|--channels-last: contradicts --memory-format contiguous"
   "gpt_bad_accum|train_gpt|--grad-accum|0|--grad-accum: '0' is below the minimum 1"
   "gpt_custom_without_sizes|train_gpt|--model|custom|--model custom: needs --n-layer"
   "gpt_bad_number|train_gpt|--lr|fast|--lr: 'fast' is not a finite number"

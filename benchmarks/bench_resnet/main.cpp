@@ -46,7 +46,7 @@ Options parse(int argc, char** argv, ddp::Device& device) {
   args.add_int("--batch-size", &o.batch_size, "images per step", 1);
   args.add_int("--image-size", &o.image_size,
                "image side (default 224 for resnet18-101, 32 for resnet20/32/56)", 1);
-  args.add_flag("--channels-last", &o.channels_last, "feed NHWC images (tensor cores on GPUs); on CUDA the weights are made channels-last too");
+  args.add_flag("--channels-last", &o.channels_last, "the model and its images channels-last (NHWC; tensor cores on GPUs)");
   add_common_options(args, o, "image");
   args.parse(argc, argv);
   device = common_device(args, o);
@@ -63,9 +63,9 @@ int run(const Options& o, const ddp::Device& device) {
   TrainSetup setup;
   if (!o.dry_run) {  // --dry-run: the header needs only the MACs
     model->to(device);
-    // On CUDA a channels-last model's weights are NHWC too, so cuDNN copies
-    // nothing (Note [cuDNN convolution]); oneDNN reads contiguous weights.
-    if (o.channels_last && device.is_cuda()) model->to(ddp::MemoryFormat::channels_last);
+    // A channels-last model's weights are NHWC too, so neither cuDNN nor
+    // oneDNN copies anything (Note [cuDNN convolution], Note [oneDNN layouts]).
+    if (o.channels_last) model->to(ddp::MemoryFormat::channels_last);
     setup.model = model;
     setup.loss = [](const ddp::Tensor& out, const ddp::Tensor& y) {
       return ddp::nn::functional::cross_entropy(out, y);

@@ -26,6 +26,7 @@
 #include "ddp/data/data.h"
 #include "ddp/io/checkpoint.h"
 #include "ddp/nn/functional/conv.h"
+#include "ddp/nn/functional/layout_conversions.h"
 #include "ddp/nn/functional/loss.h"
 #include "ddp/nn/models/resnet.h"
 #include "ddp/optim/lr_scheduler.h"
@@ -112,7 +113,8 @@ struct EvalResult {
 // test indices; DistributedSampler pads them to a multiple of R with
 // repeats, and those padding positions (>= n) are not counted, so the sums
 // over the ranks cover each test example exactly once.
-EvalResult evaluate(nn::models::ResNet& model, const Data& d, const Options& o, dist::World& world) {
+EvalResult evaluate(nn::models::ResNet& model, const Data& d, const Options& o, bool channels_last,
+                    dist::World& world) {
   const int64_t n = o.eval_limit > 0 ? std::min(o.eval_limit, d.test->size()) : d.test->size();
   const int world_size = world.size(), rank = world.rank();
   auto sampler = std::make_shared<data::DistributedSampler>(n, world_size, rank, /*shuffle=*/false);
@@ -133,7 +135,7 @@ EvalResult evaluate(nn::models::ResNet& model, const Data& d, const Options& o, 
       position += rows;
       if (keep == 0) continue;
       Tensor x = b.input.narrow(0, 0, keep), y = b.target.narrow(0, 0, keep);
-      if (o.channels_last) x = F::to_channels_last(x);
+      if (channels_last) x = F::to_channels_last(x);
       std::optional<amp::Autocast> autocast;
       if (auto dt = amp_dtype(o.amp)) autocast.emplace(world.device, *dt);
       Tensor logits = model.forward(x);
@@ -145,6 +147,19 @@ EvalResult evaluate(nn::models::ResNet& model, const Data& d, const Options& o, 
   model.train();
   auto sums = examples::allreduce_sum(world, {correct, loss_sum, counted});
   return {sums[0] / std::max(1.0, sums[2]), sums[1] / std::max(1.0, sums[2]), int64_t(sums[2])};
+}
+
+// Note [Trainer memory format]
+// --memory-format auto picks the layout that trains faster: channels-last on
+// GPUs (cuDNN's tensor-core convolutions read NHWC), and on the CPU the one
+// measured faster with oneDNN for the README's 2-rank job (docs/benchmarks.md,
+// "Channels-last DDP on the CPU"). The model is converted before DDP wraps
+// it, so weights, gradients, buckets and optimizer state are all in it.
+constexpr bool kCpuPrefersChannelsLast = CPU_CHOICE;
+
+bool use_channels_last(const Options& o, const Device& device) {
+  if (o.memory_format == "auto") return device.is_cuda() || kCpuPrefersChannelsLast;
+  return o.memory_format == "channels-last";
 }
 
 int run(const Options& o) {
@@ -167,6 +182,8 @@ int run(const Options& o) {
   auto model = make_model(o.model, d.channels, d.classes);
   if (o.sync_bn) parallel::convert_sync_batchnorm(*model, world.group);
   model->to(world.device);
+  const bool channels_last = use_channels_last(o, world.device);
+  if (channels_last) model->to(MemoryFormat::channels_last);
   if (lead) {
     std::printf("train_resnet: %s on %s, %d rank(s), backend %s, device %s%s\n", o.model.c_str(),
                 d.train->describe().c_str(), world_size, world.group->backend_name().c_str(),
@@ -174,7 +191,8 @@ int run(const Options& o) {
                 threads > 0 ? (", " + std::to_string(threads) + " thread(s) per rank").c_str() : "");
     std::printf("parameters: %lld; global batch %lld (%lld per rank); amp %s%s%s\n",
                 (long long)model->num_parameters(), (long long)o.batch_size,
-                (long long)local_batch, o.amp.c_str(), o.channels_last ? "; channels-last" : "",
+                (long long)local_batch, o.amp.c_str(),
+                channels_last ? "; channels-last" : "; contiguous",
                 o.sync_bn ? "; SyncBatchNorm" : "");
     if (o.comm_hook == "powersgd")
       std::printf("comm hook: powersgd, rank %lld, from step %lld\n", (long long)o.powersgd_rank,
@@ -258,6 +276,7 @@ int run(const Options& o) {
   int64_t acc_steps = 0;
   examples::Stopwatch train_clock, interval_clock, step_clock;
   double train_s = 0;
+  int64_t conversions = 0;  // layout conversions in training steps (Note [Layout conversion count])
   int64_t interval_start = step;
   std::optional<EvalResult> result;
 
@@ -273,7 +292,8 @@ int run(const Options& o) {
     step_clock.reset();
     for (const data::Batch& b : loader) {
       if (skip > 0) { --skip; continue; }
-      Tensor x = o.channels_last ? F::to_channels_last(b.input) : b.input;
+      const int64_t conversions_before = F::layout_conversion_count();
+      Tensor x = channels_last ? F::to_channels_last(b.input) : b.input;
       Tensor loss;
       {
         std::optional<amp::Autocast> autocast;
@@ -285,6 +305,7 @@ int run(const Options& o) {
       const auto backward_end = examples::Monitor::Clock::now();
       scaler.step(opt);
       scaler.update();
+      conversions += F::layout_conversion_count() - conversions_before;
       sched.step();
       ++step;
       monitor.step_done(step_clock.seconds(), ddp_model.reducer().last_timeline(), backward_end);
@@ -329,7 +350,7 @@ int run(const Options& o) {
     train_s += train_clock.seconds();
     if (step % steps_per_epoch == 0) {  // a whole epoch: report test accuracy
       examples::Stopwatch eval_clock;
-      result = evaluate(*model, d, o, world);
+      result = evaluate(*model, d, o, channels_last, world);
       interval_clock.exclude(eval_clock.seconds());
       monitor.scalar("test/accuracy", result->accuracy, step);
       monitor.scalar("test/loss", result->loss, step);
@@ -342,11 +363,11 @@ int run(const Options& o) {
     }
   }
   if (step > first_step && step % steps_per_epoch != 0) {
-    result = evaluate(*model, d, o, world);
+    result = evaluate(*model, d, o, channels_last, world);
     monitor.scalar("test/accuracy", result->accuracy, step);
     monitor.scalar("test/loss", result->loss, step);
   }
-  if (!result) result = evaluate(*model, d, o, world);  // nothing left to train: just evaluate
+  if (!result) result = evaluate(*model, d, o, channels_last, world);  // nothing left to train: just evaluate
   if (!o.checkpoint_dir.empty() && step > first_step) save(step / steps_per_epoch);
 
   const double images_per_s = train_s > 0 ? double((step - first_step) * o.batch_size) / train_s : 0;
@@ -367,6 +388,9 @@ int run(const Options& o) {
                             .add("device", world.device.str())
                             .add("global_batch", o.batch_size)
                             .add("amp", o.amp)
+                            .add("memory_format", channels_last ? "channels-last" : "contiguous")
+                            .add("layout_conversions_per_step",
+                                 step > first_step ? double(conversions) / double(step - first_step) : 0.0)
                             .add("start_step", first_step)
                             .add("steps", step)
                             .add("epochs", double(step) / double(steps_per_epoch))

@@ -28,7 +28,12 @@ Options parse_options(int argc, char** argv) {
   cli.add_double("--warmup-epochs", &o.warmup_epochs, "linear warmup length in epochs", 0);
   cli.add_double("--min-lr", &o.min_lr, "lr at the end of the cosine", 0);
   cli.add_string("--amp", &o.amp, "mixed precision (f16 adds a GradScaler)", {"off", "bf16", "f16"});
-  cli.add_flag("--channels-last", &o.channels_last, "feed NHWC images (tensor cores on GPUs)");
+  cli.add_string("--memory-format", &o.memory_format,
+                 "layout of the model and its images (auto: channels-last on GPUs, the faster "
+                 "one measured on the CPU; docs/examples.md)",
+                 {"auto", "contiguous", "channels-last"});
+  bool channels_last_flag = false;
+  cli.add_flag("--channels-last", &channels_last_flag, "the same as --memory-format channels-last");
   cli.add_flag("--sync-bn", &o.sync_bn, "convert BatchNorm2d to SyncBatchNorm");
   cli.add_double("--bucket-cap-mb", &o.bucket_cap_mb, "DDP gradient bucket size in MiB", 0);
   cli.add_string("--comm-hook", &o.comm_hook, "how DDP reduces gradient buckets (docs/powersgd.md)",
@@ -54,6 +59,11 @@ Options parse_options(int argc, char** argv) {
   cli.add_int("--synthetic-size", &o.synthetic_size, "training images of --data synthetic", 1);
   cli.add_int("--image-size", &o.image_size, "synthetic image size (0: 32 or 224 by model)", 0);
   cli.parse(argc, argv);
+  if (channels_last_flag) {
+    if (cli.given("--memory-format") && o.memory_format != "channels-last")
+      cli.fail("--channels-last: contradicts --memory-format " + o.memory_format);
+    o.memory_format = "channels-last";
+  }
   if (o.metrics_port > 65535) cli.fail("--metrics-port: " + std::to_string(o.metrics_port) + " is above 65535");
   if (cli.given("--job-name") && o.metrics_port == 0) cli.fail("--job-name: needs --metrics-port");
   if (o.resume && o.checkpoint_dir.empty()) cli.fail("--resume: needs --checkpoint-dir");

@@ -20,7 +20,7 @@ struct Options {
   double warmup_epochs = 0.2;
   double min_lr = 0.0;
   std::string amp = "off";         // off, bf16, f16
-  bool channels_last = false;
+  std::string memory_format = "auto";  // auto, contiguous, channels-last (memory_format.h)
   bool sync_bn = false;
   double bucket_cap_mb = 25.0;
   std::string comm_hook = "allreduce";  // allreduce, fp16, bf16, powersgd

@@ -22,6 +22,8 @@ std::string describe_call(const std::string& op, const std::string& args, const 
       for (size_t d = 0; d < t.shape().size(); ++d)
         s += (d ? ", " : "") + std::to_string(t.shape()[d]);
       s += "]";
+      // Layouts must agree across ranks too (Note [Dense tensors in collectives]).
+      if (!t.is_contiguous()) s += fmt::format("/strides[{}]", fmt::join(t.strides(), ", "));
     }
   }
   return s + ")";

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ddp/tensor/memory_format.h"
 #include "tensor/pinned_allocator.h"
 
 namespace ddp::dist::detail {
@@ -14,9 +15,13 @@ Staged stage(const Tensor& t, bool copy_in) {
   // Page-locked, from the pinned cache (Note [Pinned staging buffers]): the
   // copies in and out run at full PCIe speed, and the buffer goes back to the
   // cache when the Work lets go of it.
+  // The host copy keeps the tensor's own dense layout, so both copies move
+  // one block and the wire carries it as it lies (Note [Dense tensors in
+  // collectives]).
   const size_t nbytes = std::max<size_t>(t.nbytes(), 1);
-  Tensor h = Tensor::from_storage(pinned_allocate(nbytes), t.shape(),
-                                  contiguous_strides(t.shape()), 0, t.dtype());
+  Shape strides = contiguous_strides(t.shape());
+  if (!t.is_contiguous()) dense_layout_strides(t, &strides);
+  Tensor h = Tensor::from_storage(pinned_allocate(nbytes), t.shape(), strides, 0, t.dtype());
   if (copy_in) h.copy_(t);
   return {t, h};
 }

@@ -5,6 +5,7 @@
 #include "ddp/core/env.h"
 #include "ddp/core/error.h"
 #include "ddp/dist/store.h"
+#include "ddp/tensor/dense_layout.h"
 #include "collective_check.h"
 
 namespace ddp::dist {
@@ -108,8 +109,12 @@ void ProcessGroup::check_rank(const char* op, int r, const char* what) const {
 
 void ProcessGroup::check_tensor(const char* op, const Tensor& t) const {
   DDP_CHECK(t.defined(), "{} ({} rank {}): undefined tensor", op, backend_name(), rank_);
-  DDP_CHECK(t.is_contiguous(), "{} ({} rank {}): {} must be contiguous", op, backend_name(), rank_,
-            t.describe());
+  // Note [Dense tensors in collectives]
+  DDP_CHECK(is_dense(t),
+            "{} ({} rank {}): {} is not dense (a collective takes a contiguous, channels-last or "
+            "otherwise permuted tensor whose elements fill one block; copy a strided view with "
+            "contiguous() first)",
+            op, backend_name(), rank_, t.describe());
   DDP_CHECK_T(DTypeError, t.dtype() != DType::bool_, "{} ({} rank {}): bool tensors are not supported",
               op, backend_name(), rank_);
   // The device is named twice on purpose: in the tensor's description and
@@ -151,6 +156,12 @@ static void check_like(const char* op, const Tensor& a, const Tensor& b, const s
               backend, rank, a.describe(), b.describe());
   DDP_CHECK_T(DeviceError, a.device() == b.device(), "{} ({} rank {}): devices differ: {} vs {}", op,
               backend, rank, a.describe(), b.describe());
+  // Bytes move as they lie (Note [Dense tensors in collectives]): a
+  // channels-last output of a contiguous input would get its elements permuted.
+  DDP_CHECK_T(ValueError, same_dense_layout(a, b),
+              "{} ({} rank {}): memory layouts differ: {} has strides {}, {} has strides {}", op,
+              backend, rank, a.describe(), fmt::join(a.strides(), ", "), b.describe(),
+              fmt::join(b.strides(), ", "));
 }
 
 WorkPtr ProcessGroup::allreduce(Tensors tensors, ReduceOp op) {
@@ -221,6 +232,12 @@ WorkPtr ProcessGroup::all_to_all(const Tensor& output, const Tensor& input) {
   DDP_CHECK_T(ShapeError, input.dim() >= 1 && input.size(0) % size_ == 0,
               "all_to_all ({} rank {}): dim 0 of {} must split into {} equal chunks",
               backend_name(), rank_, input.describe(), size_);
+  // The chunks are byte ranges: dim 0 must be the outermost in memory.
+  DDP_CHECK_T(ValueError, input.numel() == 0 || input.size(0) == 1 ||
+                              input.stride(0) * input.size(0) == input.numel(),
+              "all_to_all ({} rank {}): dim 0 of {} (strides {}) is not outermost in memory, so "
+              "its chunks are not blocks; make it contiguous first",
+              backend_name(), rank_, input.describe(), fmt::join(input.strides(), ", "));
   return issue("all_to_all", Tensors{input}, [] { return std::string(); },
                [&] { return do_all_to_all(output, input); });
 }

@@ -1,15 +1,17 @@
-// See src/optim/foreach.h: argument checks, dtype buckets, staging of
-// non-contiguous tensors, and the choice between the CPU kernels and the
+// See src/optim/foreach.h: argument checks, dtype buckets, tensors of any
+// dense layout as flat blocks (staging only the others), and the choice between the CPU kernels and the
 // CUDA launchers.
 
 #include "optim/foreach.h"
 
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <map>
 
 #include "kernel_list.h"
 #include "ddp/autograd/grad_mode.h"
+#include "ddp/tensor/dense_layout.h"
 
 namespace ddp::optim::multi_tensor {
 
@@ -38,16 +40,54 @@ void check_list(const char* op, const char* what, const Tensors& list, const Ten
   }
 }
 
-// Contiguous stand-ins for the tensors a kernel writes; finish() copies the
-// results back into the non-contiguous originals.
+// Note [Optimizer tensors in any dense layout]
+// An optimizer's update is elementwise: it needs entry k of every list to
+// meet element for element, not any particular order. So when params[k] and
+// the k-th entry of every other list are dense in one layout (contiguous,
+// channels-last, any permutation), the kernels get each one's flat block
+// (flat_view): no copy, whatever the layout. Only an entry whose tensors
+// are not dense, or disagree in layout, goes through contiguous copies (a
+// written tensor is copied back after the kernel).
+std::atomic<int64_t> g_staged_copies{0};
+
 class Staged {
  public:
-  Tensors stage(const Tensors& list) {
+  // Entry k of every list as the kernels take it. lists[0] are the
+  // parameters; `written[i]` says whether the kernel writes lists[i].
+  void prepare(const std::vector<Tensors*>& lists, const std::vector<bool>& written) {
+    const size_t n = lists[0]->size();
+    for (size_t k = 0; k < n; ++k) {
+      const Tensor& p = (*lists[0])[k];
+      bool one_layout = is_dense(p);
+      for (const Tensors* l : lists)
+        if (!l->empty()) one_layout = one_layout && same_dense_layout((*l)[k], p);
+      if (one_layout && p.is_contiguous()) continue;  // as they are
+      for (size_t i = 0; i < lists.size(); ++i) {
+        if (lists[i]->empty()) continue;
+        Tensor& t = (*lists[i])[k];
+        if (one_layout) {
+          t = flat_view(t, "foreach");
+        } else if (!t.is_contiguous()) {
+          g_staged_copies.fetch_add(1, std::memory_order_relaxed);
+          Tensor c = t.contiguous();
+          if (written[i]) back_.push_back({t, c});
+          t = c;
+        }
+      }
+    }
+  }
+  // A list of independent tensors: each dense one as its block.
+  Tensors prepare(const Tensors& list, bool written) {
     Tensors out = list;
     for (Tensor& t : out) {
       if (t.is_contiguous()) continue;
+      if (is_dense(t)) {
+        t = flat_view(t, "foreach");
+        continue;
+      }
+      g_staged_copies.fetch_add(1, std::memory_order_relaxed);
       Tensor c = t.contiguous();
-      back_.push_back({t, c});
+      if (written) back_.push_back({t, c});
       t = c;
     }
     return out;
@@ -59,12 +99,6 @@ class Staged {
  private:
   std::vector<std::pair<Tensor, Tensor>> back_;
 };
-
-Tensors contiguous(const Tensors& list) {
-  Tensors out = list;
-  for (Tensor& t : out) t = t.contiguous();
-  return out;
-}
 
 // Indices of params by dtype, each in order.
 std::map<DType, std::vector<size_t>> by_dtype(const Tensors& params) {
@@ -109,6 +143,8 @@ void check_flag(const char* op, const char* what, const Tensor& t, const Device&
 
 }  // namespace
 
+int64_t staged_copies() { return g_staged_copies.load(std::memory_order_relaxed); }
+
 void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
               const std::vector<uint8_t>& fresh, const kernels::SgdScalars& s,
               const Tensor& found_inf) {
@@ -123,8 +159,8 @@ void sgd_step(const Tensors& params, const Tensors& grads, const Tensors& bufs,
   const Device device = params[0].device();
   for (const auto& [dtype, idx] : by_dtype(params)) {
     Staged staged;
-    Tensors p = staged.stage(pick(params, idx)), b = staged.stage(pick(bufs, idx));
-    Tensors g = contiguous(pick(grads, idx));
+    Tensors p = pick(params, idx), g = pick(grads, idx), b = pick(bufs, idx);
+    staged.prepare({&p, &g, &b}, {true, false, true});
     std::vector<uint8_t> f = pick(fresh, idx);
     kernels::call<kernels::foreach_sgd_step>(device, p, g, b, f, s, found_inf);
     staged.finish();
@@ -155,10 +191,9 @@ void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_
   const Device device = params[0].device();
   for (const auto& [dtype, idx] : by_dtype(params)) {
     Staged staged;
-    Tensors p = staged.stage(pick(params, idx)), m = staged.stage(pick(exp_avgs, idx)),
-            v = staged.stage(pick(exp_avg_sqs, idx)),
-            vmax = staged.stage(pick(max_exp_avg_sqs, idx));
-    Tensors g = contiguous(pick(grads, idx));
+    Tensors p = pick(params, idx), g = pick(grads, idx), m = pick(exp_avgs, idx),
+            v = pick(exp_avg_sqs, idx), vmax = pick(max_exp_avg_sqs, idx);
+    staged.prepare({&p, &g, &m, &v, &vmax}, {true, false, true, true, true});
     auto t = pick(per_tensor, idx);
     Tensors counts = pick(steps, idx);
     kernels::call<kernels::foreach_adamw_step>(device, p, g, m, v, vmax, t, counts, s, found_inf);
@@ -170,7 +205,8 @@ double pow_sum(const Tensors& xs, double p) {
   DDP_CHECK(p > 0, "foreach pow_sum: the order p must be > 0, got {}", p);
   if (!check_flat("pow_sum", xs)) return 0.0;
   NoGradGuard no_grad;
-  Tensors c = contiguous(xs);
+  Staged staged;
+  Tensors c = staged.prepare(xs, /*written=*/false);
   return kernels::call<kernels::foreach_pow_sum>(xs[0].device(), c, p);
 }
 
@@ -178,7 +214,7 @@ bool mul_(const Tensors& xs, double factor, bool check_finite) {
   if (!check_flat("mul_", xs)) return false;
   NoGradGuard no_grad;
   Staged staged;
-  Tensors c = staged.stage(xs);
+  Tensors c = staged.prepare(xs, /*written=*/true);
   const bool found = kernels::call<kernels::foreach_mul>(xs[0].device(), c, factor, check_finite);
   staged.finish();
   return found;
@@ -192,7 +228,7 @@ void unscale_(const Tensors& xs, const Tensor& scale, const Tensor& found_inf) {
   check_flag("unscale_", "found_inf", found_inf, xs[0].device());
   NoGradGuard no_grad;
   Staged staged;
-  Tensors c = staged.stage(xs);
+  Tensors c = staged.prepare(xs, /*written=*/true);
   kernels::call<kernels::foreach_unscale>(xs[0].device(), c, scale, found_inf);
   staged.finish();
 }

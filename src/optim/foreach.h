@@ -21,9 +21,12 @@
 // The lists: params[k] (and every other list's entry k) is one tensor; all
 // entries share params[k]'s shape, dtype and device, and every tensor lies
 // on one device. Violations raise ValueError (DeviceError for a second
-// device) naming the op and the entry. Tensors need not be contiguous (a
-// non-contiguous one is staged through a contiguous copy); tensors of
-// several dtypes are split into one bucket per dtype.
+// device) naming the op and the entry. Tensors need not be contiguous: an
+// entry whose tensors share one dense layout (channels-last, say) is updated
+// in place as flat blocks, and only a non-dense one, or one whose tensors
+// disagree in layout, is staged through contiguous copies (Note [Optimizer
+// tensors in any dense layout] in foreach.cpp); tensors of several dtypes
+// are split into one bucket per dtype.
 
 #include <cstdint>
 #include <vector>
@@ -53,6 +56,11 @@ void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_
                 const std::vector<kernels::AdamWTensorScalars>& per_tensor,
                 const kernels::AdamWScalars& s, const Tensors& steps = {},
                 const Tensor& found_inf = {});
+
+// Contiguous copies made so far (process-wide) for tensors that could not be
+// updated in place (Note [Optimizer tensors in any dense layout]): 0 for a
+// model of dense parameters whatever their layout. For tests and profiling.
+int64_t staged_copies();
 
 // Σ |x|^p over all elements of all tensors (p > 0 finite), or max |x| for
 // p = inf; NaN when an element is NaN. One pass over the data; reading the

@@ -243,9 +243,10 @@ void Optimizer::load_state_dict(const TensorDict& dict) {
   for (const auto& [i, entries] : state) {
     const Tensor& p = *params[i];
     for (const auto& [name, t] : entries) {
-      Tensor copy = name == "step"
-                        ? Tensor::empty({}, DType::f64)
-                        : Tensor::empty(p.shape(), TensorOptions(p.dtype()).device(p.device()));
+      // State takes its parameter's layout, whatever the saved one (a
+      // checkpoint stores logical order): Note [Optimizer tensors in any
+      // dense layout].
+      Tensor copy = name == "step" ? Tensor::empty({}, DType::f64) : empty_like(p);
       copy.copy_(name == "step" ? t.reshape({}) : t);
       state_[i].insert(name, copy);
     }

@@ -12,11 +12,16 @@ namespace ddp::parallel {
 
 namespace {
 
-// One line per parameter: what must be equal on every rank.
+// One line per parameter: what must be equal on every rank, the memory
+// layout included (buckets and broadcasts move bytes as they lie: Note
+// [Dense tensors in collectives]).
 std::vector<std::string> describe_parameters(const nn::TensorDict& params) {
   std::vector<std::string> lines;
-  for (const auto& [name, p] : params)
-    lines.push_back(fmt::format("'{}' {} {}", name, shape_str(p.shape()), dtype_name(p.dtype())));
+  for (const auto& [name, p] : params) {
+    std::string line = fmt::format("'{}' {} {}", name, shape_str(p.shape()), dtype_name(p.dtype()));
+    if (!p.is_contiguous()) line += fmt::format(" strides [{}]", fmt::join(p.strides(), ", "));
+    lines.push_back(std::move(line));
+  }
   return lines;
 }
 

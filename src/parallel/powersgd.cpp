@@ -4,12 +4,16 @@
 #include "ddp/parallel/powersgd.h"
 
 #include <cmath>
+#include <cstdio>
 #include <exception>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
+#include "ddp/tensor/dense_layout.h"
 #include "ddp/tensor/ops.h"
 #include "parallel/powersgd_kernels.h"
 
@@ -76,6 +80,9 @@ struct PowerSGDState::Bucket {
   Device device = Device::cpu();
   Tensor error;  // residual of the compressed tensors, flat in bucket order
   Tensor p, q;   // the factors of the compressed tensors, flat in bucket order
+  // Loaded from a checkpoint (on the CPU): moves to the gradients' device at
+  // its first step (Note [PowerSGD checkpoints]).
+  bool restored = false;
 };
 
 // One compressed bucket between its launch and its finish.
@@ -186,12 +193,20 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
     const int64_t m = n == 0 ? 0 : numel / n;
     const int64_t r = std::min<int64_t>({n, m, options_.matrix_approximation_rank});
     const bool worth = double((n + m) * r) * options_.min_compression_rate < double(numel);
-    if (!worth) {
+    // The matrix is the gradient's block in memory order, n rows of m: a
+    // channels-last weight [O, I, KH, KW] gives O rows of its KH*KW*I
+    // elements (a column permutation of the contiguous matrix, which a
+    // low-rank approximation does not care about). A layout whose dim 0 is
+    // not outermost has no such rows and is sent exactly.
+    const bool rows_outermost = grad.dim() == 0 || grad.is_contiguous() ||
+                                grad.stride(0) * grad.size(0) == numel;
+    if (!worth || !rows_outermost) {
       uncompressed.push_back(grad);
       after += numel;
       continue;
     }
-    compressed.push_back({grad.view({n, m}), Tensor(), r, p_size, q_size, error_size});
+    compressed.push_back(
+        {flat_view(grad, "PowerSGD").view({n, m}), Tensor(), r, p_size, q_size, error_size});
     p_size += n * r;
     q_size += m * r;
     error_size += numel;
@@ -203,6 +218,12 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
     numel_before_ += before;
     numel_after_ += after;
     std::shared_ptr<Bucket>& slot = buckets_[bucket.index];
+    if (slot && slot->restored) {
+      slot->restored = false;
+      slot->device = buffer.device();
+      if (slot->error.defined()) slot->error = slot->error.to(buffer.device());
+      if (slot->q.defined()) slot->q = slot->q.to(buffer.device());
+    }
     if (slot && slot->shapes.empty() && !slot->error.defined()) {  // only a set_q_memory so far
       slot->shapes = shapes;
       slot->dtype = buffer.dtype();
@@ -230,6 +251,11 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
   // keeps the input until the result is known, and is the input from here on.
   if (options_.use_error_feedback && !state->error.defined())
     state->error = Tensor::zeros({error_size}, opts);
+  if (options_.use_error_feedback && state->error.numel() != error_size)  // from load_state_dict
+    DDP_THROW(ValueError,
+              "powersgd_hook: bucket {} needs an error memory of {} elements, the loaded state "
+              "has {}",
+              bucket.index, error_size, state->error.describe());
   for (Compressed& c : compressed)
     if (options_.use_error_feedback)
       c.error = state->error.narrow(0, c.error_offset, c.matrix.numel()).view(c.matrix.shape());
@@ -239,7 +265,7 @@ BucketWork PowerSGDState::compress(dist::ProcessGroup& group, GradBucket& bucket
   dist::WorkPtr exact_work;
   if (!uncompressed.empty()) {
     Tensors pieces;
-    for (const Tensor& t : uncompressed) pieces.push_back(t.reshape({-1}));
+    for (const Tensor& t : uncompressed) pieces.push_back(flat_view(t, "PowerSGD"));
     flat = cat(pieces, 0);
     exact_work = group.allreduce({flat}, dist::ReduceOp::sum);
   }
@@ -316,7 +342,7 @@ void PowerSGDState::Step::finish() {
     flat.mul_(inv_world);
     int64_t offset = 0;
     for (Tensor& t : exact_views) {
-      t.copy_(flat.narrow(0, offset, t.numel()).view(t.shape()));
+      flat_view(t, "PowerSGD").copy_(flat.narrow(0, offset, t.numel()));
       offset += t.numel();
     }
   }
@@ -336,6 +362,136 @@ void PowerSGDState::Step::finish() {
 CommHook powersgd_hook(std::shared_ptr<PowerSGDState> state) {
   if (!state) DDP_THROW(ValueError, "powersgd_hook: the state is null");
   return [state](dist::ProcessGroup& group, GradBucket& bucket) { return state->run(group, bucket); };
+}
+
+// ---- Note [PowerSGD checkpoints] ----------------------------------------------------
+
+namespace {
+
+constexpr const char* kLoadWho = "PowerSGDState.load_state_dict";
+
+Tensor i64(int64_t v) { return Tensor::from_vector(std::vector<int64_t>{v}, {1}); }
+
+int64_t i64_of(const TensorDict& d, const std::string& key) {
+  const Tensor* t = d.find(key);
+  DDP_CHECK_T(ValueError, t && t->defined() && t->numel() == 1 && !is_floating(t->dtype()),
+              "{}: missing or malformed '{}' (an integer scalar); is this a PowerSGD state?",
+              kLoadWho, key);
+  return t->to_vector<int64_t>()[0];
+}
+
+// Shapes as one i64 list: ndim, then the sizes, for each.
+Tensor encode_shapes(const std::vector<Shape>& shapes) {
+  std::vector<int64_t> v;
+  for (const Shape& s : shapes) {
+    v.push_back(int64_t(s.size()));
+    v.insert(v.end(), s.begin(), s.end());
+  }
+  return Tensor::from_vector(v, {int64_t(v.size())});
+}
+
+std::vector<Shape> decode_shapes(const Tensor& t, const std::string& key) {
+  DDP_CHECK_T(ValueError, t.dim() == 1 && t.dtype() == DType::i64, "{}: '{}' must be a 1-D i64 "
+              "tensor, got {}", kLoadWho, key, t.describe());
+  const std::vector<int64_t> v = t.to_vector<int64_t>();
+  std::vector<Shape> out;
+  for (size_t k = 0; k < v.size();) {
+    const int64_t nd = v[k++];
+    DDP_CHECK_T(ValueError, nd >= 0 && nd <= 16 && k + size_t(nd) <= v.size(),
+                "{}: '{}' is malformed at entry {}", kLoadWho, key, k - 1);
+    Shape s(v.begin() + int64_t(k), v.begin() + int64_t(k) + nd);
+    for (int64_t d : s)
+      DDP_CHECK_T(ValueError, d >= 0, "{}: '{}' has a negative size", kLoadWho, key);
+    out.push_back(std::move(s));
+    k += size_t(nd);
+  }
+  return out;
+}
+
+}  // namespace
+
+TensorDict PowerSGDState::state_dict() const {
+  std::lock_guard<std::mutex> g(mu_);
+  TensorDict out;
+  out.insert("matrix_approximation_rank", i64(options_.matrix_approximation_rank));
+  out.insert("use_error_feedback", i64(options_.use_error_feedback));
+  out.insert("warm_start", i64(options_.warm_start));
+  out.insert("iteration", i64(iteration_));
+  out.insert("numel_before_compression", i64(numel_before_));
+  out.insert("numel_after_compression", i64(numel_after_));
+  out.insert("generator.seed", i64(int64_t(generator_.seed())));
+  out.insert("generator.offset", i64(int64_t(generator_.offset())));
+  for (const auto& [index, b] : buckets_) {
+    const std::string prefix = fmt::format("bucket.{}.", index);
+    out.insert(prefix + "shapes", encode_shapes(b->shapes));
+    if (b->error.defined()) out.insert(prefix + "error", b->error.to(Device::cpu()).clone());
+    if (b->q.defined()) out.insert(prefix + "q", b->q.to(Device::cpu()).clone());
+  }
+  return out;
+}
+
+void PowerSGDState::load_state_dict(const TensorDict& dict) {
+  // Everything is checked and built aside first: a bad state changes nothing.
+  auto expect_option = [&](const char* key, int64_t mine) {
+    const int64_t saved = i64_of(dict, key);
+    DDP_CHECK_T(ValueError, saved == mine,
+                "{}: the state was saved with {} = {}, this hook has {}; its memory would not "
+                "fit",
+                kLoadWho, key, saved, mine);
+  };
+  expect_option("matrix_approximation_rank", options_.matrix_approximation_rank);
+  expect_option("use_error_feedback", options_.use_error_feedback);
+  expect_option("warm_start", options_.warm_start);
+  const int64_t iteration = i64_of(dict, "iteration");
+  const int64_t before = i64_of(dict, "numel_before_compression");
+  const int64_t after = i64_of(dict, "numel_after_compression");
+  const int64_t seed = i64_of(dict, "generator.seed"), offset = i64_of(dict, "generator.offset");
+  DDP_CHECK_T(ValueError, iteration >= 0 && before >= 0 && after >= 0 && offset >= 0,
+              "{}: negative iteration, statistics or generator offset", kLoadWho);
+  std::map<int, std::shared_ptr<Bucket>> buckets;
+  static const std::set<std::string> kTop = {
+      "matrix_approximation_rank", "use_error_feedback", "warm_start", "iteration",
+      "numel_before_compression", "numel_after_compression", "generator.seed", "generator.offset"};
+  for (const auto& [key, t] : dict) {
+    if (kTop.count(key)) continue;
+    int index = -1;
+    char field[16] = {};
+    int used = 0;
+    const bool ok = std::sscanf(key.c_str(), "bucket.%d.%15[a-z]%n", &index, field, &used) == 2 &&
+                    size_t(used) == key.size() && index >= 0;
+    DDP_CHECK_T(ValueError, ok, "{}: unexpected key '{}'", kLoadWho, key);
+    DDP_CHECK_T(ValueError, t.defined(), "{}: '{}' is undefined", kLoadWho, key);
+    std::shared_ptr<Bucket>& b = buckets[index];
+    if (!b) b = std::make_shared<Bucket>();
+    const std::string name = field;
+    if (name == "shapes") {
+      b->shapes = decode_shapes(t, key);
+      continue;
+    }
+    DDP_CHECK_T(ValueError, name == "error" || name == "q", "{}: unexpected key '{}'", kLoadWho,
+                key);
+    DDP_CHECK_T(ValueError, t.dim() == 1 && is_floating(t.dtype()),
+                "{}: '{}' must be a flat floating tensor, got {}", kLoadWho, key, t.describe());
+    DDP_CHECK_T(ValueError, name != "error" || options_.use_error_feedback,
+                "{}: '{}' given, but error feedback is off", kLoadWho, key);
+    (name == "error" ? b->error : b->q) = t.to(Device::cpu()).clone();
+  }
+  for (auto& [index, b] : buckets) {
+    DDP_CHECK_T(ValueError, dict.contains(fmt::format("bucket.{}.shapes", index)),
+                "{}: bucket {} has memory but no 'bucket.{}.shapes'", kLoadWho, index, index);
+    DDP_CHECK_T(ValueError,
+                !b->error.defined() || !b->q.defined() || b->error.dtype() == b->q.dtype(),
+                "{}: bucket {}'s error and Q differ in dtype", kLoadWho, index);
+    b->dtype = b->error.defined() ? b->error.dtype() : b->q.defined() ? b->q.dtype() : DType::f32;
+    b->restored = true;
+  }
+  std::lock_guard<std::mutex> g(mu_);
+  iteration_ = iteration;
+  numel_before_ = before;
+  numel_after_ = after;
+  generator_.set_state(uint64_t(seed), uint64_t(offset));
+  buckets_ = std::move(buckets);
+  pending_.reset();
 }
 
 CommHook powersgd_hook(PowerSGDOptions options) {

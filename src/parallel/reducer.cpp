@@ -17,6 +17,8 @@
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "ddp/dist/flight_recorder.h"
+#include "ddp/tensor/dense_layout.h"
+#include "ddp/tensor/memory_format.h"
 #include "ddp/tensor/ops.h"
 
 namespace ddp::parallel {
@@ -39,6 +41,13 @@ std::string list_names(const std::vector<std::string>& names, const std::vector<
 }
 
 }  // namespace
+
+Tensor bucket_view(const Tensor& buffer, int64_t offset, const Tensor& param) {
+  Shape strides = contiguous_strides(param.shape());
+  if (!param.is_contiguous()) dense_layout_strides(param, &strides);
+  return Tensor::from_storage(buffer.storage(), param.shape(), strides, buffer.offset() + offset,
+                              buffer.dtype());
+}
 
 std::vector<std::vector<size_t>> assign_buckets(const Tensors& params,
                                                 const std::vector<size_t>& order,
@@ -98,6 +107,11 @@ Reducer::Reducer(Tensors params, std::vector<std::string> names,
     DDP_CHECK_T(ValueError, p.is_leaf() && p.requires_grad() && is_floating(p.dtype()),
                 "Reducer: parameter '{}' ({}) must be a floating leaf that requires grad",
                 names_[i], p.describe());
+    DDP_CHECK_T(ValueError, is_dense(p),
+                "Reducer: parameter '{}' ({}, strides [{}]) is not dense; a bucket holds each "
+                "gradient in its parameter's layout, which must fill one block (Note [Gradient "
+                "buckets])",
+                names_[i], p.describe(), fmt::join(p.strides(), ", "));
     DDP_CHECK_T(ValueError, seen.insert(p.impl()).second,
                 "Reducer: parameter '{}' is listed twice", names_[i]);
   }
@@ -141,7 +155,7 @@ void Reducer::install_buckets(std::vector<std::vector<size_t>> assignment) {
     int64_t offset = 0;
     for (size_t slot = 0; slot < members.size(); ++slot) {
       const Tensor& p = params_[members[slot]];
-      Tensor view = b->buffer.narrow(0, offset, p.numel()).view(p.shape());
+      Tensor view = bucket_view(b->buffer, offset, p);
       offset += p.numel();
       // A gradient that exists already moves into the bucket (a rebuild, or
       // a model that was trained before it was wrapped); Note [Gradient as

@@ -9,6 +9,12 @@
 
 namespace ddp::parallel {
 
+// param's gradient as it lies in a bucket: numel elements of `buffer` from
+// `offset`, in param's own dense layout (a channels-last weight gets a
+// channels-last view), so autograd accumulates into it and the optimizer
+// reads it with no layout change (Note [Gradient buckets]).
+Tensor bucket_view(const Tensor& buffer, int64_t offset, const Tensor& param);
+
 struct Reducer::Bucket {
   Tensor buffer;                // flat: the gradients of `params`, back to back
   std::vector<size_t> params;   // parameter indices, in bucket order

@@ -36,8 +36,7 @@ void Reducer::shadow_backward() {
     int64_t offset = 0;
     for (size_t i : b.params) {
       view.parameters.push_back(params_[i]);
-      view.gradients.push_back(
-          view.buffer.narrow(0, offset, params_[i].numel()).view(params_[i].shape()));
+      view.gradients.push_back(bucket_view(view.buffer, offset, params_[i]));
       offset += params_[i].numel();
     }
     BucketWork work = hook_ ? hook_(*group_, view) : allreduce_hook(*group_, view);

@@ -9,6 +9,7 @@
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
+#include "ddp/tensor/dense_layout.h"
 #include "optim/foreach.h"
 #include "parallel/zero_shared.h"
 
@@ -57,8 +58,11 @@ ZeroShared::ZeroShared(DistributedDataParallelBase& ddp, Tensors model_params)
       DDP_CHECK_T(ValueError, i < params.size(),
                   "{}: the reducer names parameter {} but the model has {} trainable ones", who,
                   i, params.size());
-      DDP_CHECK_T(ValueError, params[i].is_contiguous(),
-                  "{}: parameter {} ({}) is not contiguous", who, i, params[i].describe());
+      // Shards cut each parameter's block in memory order, whatever its
+      // dense layout (Note [ZeRO-1 shards]).
+      DDP_CHECK_T(ValueError, is_dense(params[i]),
+                  "{}: parameter {} ({}, strides [{}]) is not dense", who, i,
+                  params[i].describe(), fmt::join(params[i].strides(), ", "));
       s.params.push_back(i);
       s.offsets.push_back(offset);
       offset += params[i].numel();
@@ -77,7 +81,7 @@ ZeroShared::ZeroShared(DistributedDataParallelBase& ddp, Tensors model_params)
       const int64_t a = std::max(lo, p_lo), e = std::min(hi, p_hi);
       if (a >= e) continue;
       ZeroSegment seg{s.params[k], a - p_lo, e - a, b, a - lo};
-      Tensor view = params[seg.param].detach().view({-1}).narrow(0, seg.offset, seg.length);
+      Tensor view = flat_view(params[seg.param], who).narrow(0, seg.offset, seg.length);
       view.set_requires_grad(true);
       segments.push_back(seg);
       segment_params.push_back(view);
@@ -170,7 +174,7 @@ void ZeroShared::finish_all_gather() {
       // them through the segment views): copy the other ranks' pieces only.
       const int64_t own_lo = rank * s.chunk, own_hi = own_lo + s.chunk;
       for (size_t k = 0; k < s.params.size(); ++k) {
-        Tensor p = params[s.params[k]].detach().view({-1});
+        Tensor p = flat_view(params[s.params[k]], "ZeroRedundancyOptimizer");
         const int64_t p_lo = s.offsets[k], p_hi = p_lo + p.numel();
         auto copy_range = [&](int64_t a, int64_t e) {
           if (a < e) p.narrow(0, a - p_lo, e - a).copy_(from.narrow(0, a, e - a));

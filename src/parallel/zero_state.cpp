@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <regex>
 #include <set>
 
@@ -12,6 +13,8 @@
 #include "ddp/core/error.h"
 #include "ddp/io/safetensors.h"
 #include "ddp/parallel/zero.h"
+#include "ddp/tensor/dense_layout.h"
+#include "ddp/tensor/memory_format.h"
 #include "parallel/zero_shared.h"
 
 namespace ddp::parallel {
@@ -44,6 +47,36 @@ std::string shard_file(const std::string& dir, int rank, int world) {
       .string();
 }
 
+// Note [ZeRO-1 checkpoints across layouts]: the dims of a dense tensor
+// from outermost to innermost in memory, padded with -1 to kMaxDims.
+constexpr int64_t kMaxDims = 8;
+std::vector<int64_t> dim_order(const Tensor& p) {
+  std::vector<int64_t> order(size_t(p.dim()));
+  std::iota(order.begin(), order.end(), int64_t{0});
+  if (!p.is_contiguous())
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return p.stride(a) > p.stride(b); });
+  order.resize(size_t(kMaxDims), -1);
+  return order;
+}
+
+// `flat` (p's elements in the memory order `saved` describes) re-laid in
+// p's own memory order.
+Tensor relay(const Tensor& flat, const std::vector<int64_t>& saved, const Tensor& p) {
+  Shape strides(size_t(p.dim()));
+  int64_t expected = 1;
+  for (int64_t k = p.dim(); k-- > 0;) {
+    const int64_t d = saved[size_t(k)];
+    strides[size_t(d)] = expected;
+    expected *= p.size(d);
+  }
+  Tensor logical = Tensor::from_storage(flat.storage(), p.shape(), strides, flat.offset(),
+                                        flat.dtype());
+  Tensor out = empty_in_layout_of({p}, p.shape(), TensorOptions(flat.dtype()));
+  out.copy_(logical);
+  return flat_view(out, kWho);
+}
+
 // One parameter's state reassembled from the shards.
 struct FullState {
   std::map<std::string, Tensor> flat;  // name -> the whole flattened state
@@ -65,9 +98,13 @@ TensorDict ZeroRedundancyOptimizer::sharded_state_dict() const {
     segs.push_back(seg.length);
   }
   out.insert("zero.segments", Tensor::from_vector(segs, {int64_t(s.segments.size()), 3}));
-  std::vector<int64_t> numels;
-  for (const Tensor& p : s.params) numels.push_back(p.numel());
+  std::vector<int64_t> numels, orders;
+  for (const Tensor& p : s.params) {
+    numels.push_back(p.numel());
+    for (int64_t d : dim_order(p)) orders.push_back(d);
+  }
   out.insert("zero.numels", Tensor::from_vector(numels, {int64_t(numels.size())}));
+  out.insert("zero.dim_orders", Tensor::from_vector(orders, {int64_t(numels.size()), kMaxDims}));
   for (const auto& [key, t] : local_->state_dict()) out.insert(kLocal + key, t);
   return out;
 }
@@ -153,6 +190,35 @@ void ZeroRedundancyOptimizer::load_sharded_state_dict(const std::vector<TensorDi
                 "{}: element {} of parameter {} has no optimizer state in any shard (a shard is "
                 "missing or from another job)",
                 kWho, missing - c.begin(), i);
+  }
+
+  // Note [ZeRO-1 checkpoints across layouts]: a parameter saved in another
+  // memory order (a contiguous job resumed channels-last, or the reverse)
+  // has its state re-laid into this one's. Shards without the record were
+  // saved contiguous.
+  if (const Tensor* saved = by_rank[0]->find("zero.dim_orders")) {
+    const Tensor orders = saved->cpu().to(DType::i64);
+    DDP_CHECK_T(ValueError,
+                orders.dim() == 2 && orders.size(0) == int64_t(me.params.size()) &&
+                    orders.size(1) == kMaxDims,
+                "{}: zero.dim_orders must be [{}, {}], got {}", kWho, me.params.size(), kMaxDims,
+                shape_str(orders.shape()));
+    for (size_t i = 0; i < full.size(); ++i) {
+      const Tensor& p = me.params[i];
+      const int64_t* row = orders.data<int64_t>() + i * size_t(kMaxDims);
+      std::vector<int64_t> order(row, row + kMaxDims);
+      std::vector<int64_t> sorted(order.begin(), order.begin() + p.dim());
+      std::sort(sorted.begin(), sorted.end());
+      bool valid = p.dim() <= kMaxDims;
+      for (int64_t d = 0; valid && d < p.dim(); ++d) valid = sorted[size_t(d)] == d;
+      for (int64_t k = p.dim(); valid && k < kMaxDims; ++k) valid = order[size_t(k)] == -1;
+      DDP_CHECK_T(ValueError, valid,
+                  "{}: zero.dim_orders row {} ({}) is not an order of the {} dims of parameter "
+                  "{} ({})",
+                  kWho, i, fmt::join(order, ", "), p.dim(), i, p.describe());
+      if (order == dim_order(p)) continue;
+      for (auto& [name, flat] : full[i].flat) flat = relay(flat, order, p);
+    }
   }
 
   // This rank's segments, in the local optimizer's layout.

@@ -5,6 +5,8 @@
 
 #include "ddp/tensor/tensor.h"
 #include "ddp/tensor/memory_format.h"
+#include "ddp/tensor/dense_layout.h"
+#include "ddp/core/error.h"
 
 namespace ddp {
 
@@ -45,6 +47,27 @@ Tensor empty_in_layout_of(const std::vector<Tensor>& like, const Shape& shape,
     return out;
   }
   return Tensor::empty(shape, opts);
+}
+
+bool is_dense(const Tensor& t) {
+  if (!t.defined()) return false;
+  if (t.numel() == 0 || t.is_contiguous()) return true;
+  Shape strides;
+  return dense_layout_strides(t, &strides);
+}
+
+bool same_dense_layout(const Tensor& a, const Tensor& b) {
+  if (a.shape() != b.shape()) return false;
+  if (a.numel() == 0 || (a.is_contiguous() && b.is_contiguous())) return true;
+  Shape sa, sb;
+  return dense_layout_strides(a, &sa) && dense_layout_strides(b, &sb) && sa == sb;
+}
+
+Tensor flat_view(const Tensor& t, const char* who) {
+  DDP_CHECK_T(ValueError, is_dense(t), "{}: {} (strides {}) is not dense, so it has no flat view",
+              who, t.defined() ? t.describe() : std::string("an undefined tensor"),
+              t.defined() ? fmt::format("{}", fmt::join(t.strides(), ", ")) : std::string("-"));
+  return Tensor::from_storage(t.storage(), {t.numel()}, {1}, t.offset(), t.dtype());
 }
 
 }  // namespace ddp

@@ -243,6 +243,75 @@ TEST(Checkpoint, ResumingACpuRunContinuesBitForBit) {
   EXPECT_NE(c.train_step(kStop), losses[kStop]);
 }
 
+// ---- checkpoints across memory layouts ---------------------------------------------
+
+// A small convolutional model, contiguous or channels-last, with SGD and a
+// checkpoint of both. Its input is fed in the model's layout.
+struct ConvTrainer {
+  std::shared_ptr<nn::Sequential> model;
+  std::unique_ptr<optim::SGD> opt;
+  io::Checkpoint ckpt;
+  bool channels_last;
+
+  ConvTrainer(uint64_t seed, bool channels_last_) : channels_last(channels_last_) {
+    manual_seed(seed);
+    model = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+        std::make_shared<nn::Conv2d>(3, 8, 3, 1, 1), std::make_shared<nn::ReLU>(),
+        std::make_shared<nn::Conv2d>(8, 4, 3, 2, 1), std::make_shared<nn::Flatten>(),
+        std::make_shared<nn::Linear>(4 * 3 * 3, 2)});
+    if (channels_last) model->to(MemoryFormat::channels_last);
+    opt = std::make_unique<optim::SGD>(model->parameters(), 0.05,
+                                       optim::SGDOptions{.momentum = 0.9, .weight_decay = 1e-4});
+    ckpt.add("model", model).add("optimizer", *opt);
+  }
+  float train_step(int s) {
+    Generator data(2000 + uint64_t(s));
+    Tensor x = randn({4, 3, 6, 6}, {}, &data);
+    Tensor y = randn({4, 2}, {}, &data);
+    if (channels_last) x = F::to_channels_last(x);
+    Tensor loss = F::mse_loss(model->forward(x), y);
+    opt->zero_grad();
+    loss.backward();
+    opt->step();
+    return loss.item<float>();
+  }
+};
+
+// Tensors are stored in logical order whatever their layout, so a run
+// saved contiguous resumes channels-last (and the reverse) bit for bit, with
+// the resumed model and optimizer state in the resuming model's layout.
+TEST(Checkpoint, ResumingAcrossAMemoryLayoutChangeIsBitExact) {
+  constexpr int kSteps = 8, kStop = 3;
+  std::vector<float> losses;
+  {
+    ConvTrainer whole(1, false);
+    for (int s = 0; s < kSteps; ++s) losses.push_back(whole.train_step(s));
+  }
+  for (bool saved_cl : {false, true}) {
+    SCOPED_TRACE(saved_cl ? "saved channels-last, resumed contiguous"
+                          : "saved contiguous, resumed channels-last");
+    ScratchDir dir;
+    const std::string path = dir.path("ckpt");
+    ConvTrainer a(1, saved_cl);
+    for (int s = 0; s < kStop; ++s) EXPECT_EQ(a.train_step(s), losses[size_t(s)]) << s;
+    io::save_checkpoint(path, a.ckpt, {.step = kStop});
+    // On disk: the logical values, contiguous.
+    nn::TensorDict disk = io::load_safetensors(path + "/model.g1.safetensors");
+    for (const auto& [k, t] : a.model->state_dict()) {
+      ASSERT_TRUE(disk.contains(k)) << k;
+      EXPECT_TRUE(disk.at(k).is_contiguous()) << k;
+      EXPECT_EQ(disk.at(k).to_vector<float>(), t.to_vector<float>()) << k;
+    }
+    ConvTrainer b(99, !saved_cl);
+    io::load_checkpoint(path, b.ckpt);
+    for (const Tensor& p : b.model->parameters())
+      if (p.dim() == 4) EXPECT_EQ(F::is_channels_last(p), !saved_cl) << p.describe();
+    for (int s = kStop; s < kSteps; ++s) EXPECT_EQ(b.train_step(s), losses[size_t(s)]) << s;
+    for (const auto& [k, t] : b.opt->state_dict())
+      if (t.dim() == 4) EXPECT_EQ(F::is_channels_last(t), !saved_cl) << k;
+  }
+}
+
 // ---- damaged and mismatched checkpoints ------------------------------------------------
 
 struct Saved {

@@ -163,24 +163,29 @@ TEST(ModuleMemoryFormatTest, ChannelsLastRelaysFourDimTensorsInPlace) {
   EXPECT_EQ(max_abs_error(conv->weight, values), 0.0);
 }
 
-// On the CPU, oneDNN reads contiguous weights: a channels-last weight is
-// copied for the call and counted (Note [Layout conversion count]); the
-// values and dw (contiguous) are those of the contiguous weight.
-TEST(ModuleMemoryFormatTest, ChannelsLastWeightOnTheCpuIsCopiedAndCounted) {
-  manual_seed(6);
-  auto conv = std::make_shared<nn::Conv2d>(3, 4, 3, 1, 1);
-  Tensor x = to_channels_last(randn({2, 3, 5, 5}));
-  Tensor want = conv->forward(x);
-  sum(want).backward();
-  Tensor want_dw = conv->weight.grad().clone();
-  conv->zero_grad();
-  conv->to(MemoryFormat::channels_last);
-  const int64_t before = F::layout_conversion_count();
-  Tensor y = conv->forward(x);
-  EXPECT_EQ(F::layout_conversion_count(), before + 1);
-  sum(y).backward();
-  EXPECT_EQ(max_abs_error(y, want), 0.0);
-  EXPECT_EQ(max_abs_error(conv->weight.grad(), want_dw), 0.0);
+// On the CPU, oneDNN reads a channels-last weight as ohwi (gohwi when
+// grouped; Note [oneDNN layouts]): no copy and nothing counted, dw comes out
+// channels-last like the weight, and y and dw equal the contiguous weight's.
+TEST(ModuleMemoryFormatTest, ChannelsLastWeightOnTheCpuIsReadAsItIs) {
+  for (int64_t groups : {1, 2}) {
+    SCOPED_TRACE("groups " + std::to_string(groups));
+    manual_seed(6);
+    auto conv = std::make_shared<nn::Conv2d>(4, 6, 3, 1, 1, 1, groups);
+    Tensor x = to_channels_last(randn({2, 4, 5, 5}));
+    Tensor want = conv->forward(x);
+    sum(want).backward();
+    Tensor want_dw = conv->weight.grad().clone();
+    conv->zero_grad();
+    conv->to(MemoryFormat::channels_last);
+    ASSERT_TRUE(is_channels_last(conv->weight));
+    const int64_t before = F::layout_conversion_count();
+    Tensor y = conv->forward(x);
+    sum(y).backward();
+    EXPECT_EQ(F::layout_conversion_count(), before);
+    EXPECT_TRUE(is_channels_last(conv->weight.grad()));
+    EXPECT_EQ(max_abs_error(y, want), 0.0);
+    EXPECT_EQ(max_abs_error(conv->weight.grad(), want_dw), 0.0);
+  }
 }
 
 }  // namespace

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include "ddp/optim/adamw.h"
+#include "ddp/optim/clip_grad.h"
 #include "ddp/optim/sgd.h"
 #include "ddp/tensor/ops.h"
+#include "optim/foreach.h"
 
 namespace ddp::test {
 namespace {
@@ -101,7 +103,8 @@ TEST(FusedStep, MixedDtypesInOneGroupMatchSeparateOptimizers) {
   }
 }
 
-// A transposed parameter and gradient go through contiguous copies; the
+// A transposed parameter and gradient (one dense layout) are updated in
+// place as flat blocks (Note [Optimizer tensors in any dense layout]); the
 // parameter keeps its storage and strides and gets the contiguous result.
 TEST(FusedStep, NonContiguousParametersAndGradients) {
   for (bool adamw : {false, true}) {
@@ -129,6 +132,77 @@ TEST(FusedStep, NonContiguousParametersAndGradients) {
     EXPECT_FALSE(strided.is_contiguous());
     EXPECT_EQ(strided.to_vector<float>(), dense.to_vector<float>()) << (adamw ? "AdamW" : "SGD");
   }
+}
+
+Tensor nhwc(const Tensor& t) { return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2}); }
+
+// Channels-last parameters with channels-last gradients: every optimizer
+// step, the clipping and the GradScaler's unscale work on them in place, with
+// no staging copy, and give the values of the contiguous twin; the state
+// takes the parameter's layout.
+TEST(FusedStep, ChannelsLastParametersStepInPlace) {
+  for (bool adamw : {false, true}) {
+    Tensor dense = grid_values({4, 3, 2, 5}, -0.4).set_requires_grad();
+    Tensor cl = nhwc(dense.detach()).set_requires_grad();
+    ASSERT_FALSE(cl.is_contiguous());
+    void* data = cl.data_ptr();
+    const Shape strides = cl.strides();
+    std::unique_ptr<optim::Optimizer> a, b;
+    if (adamw) {
+      a = std::make_unique<AdamW>(Tensors{cl}, 0.01, kAdamW);
+      b = std::make_unique<AdamW>(Tensors{dense}, 0.01, kAdamW);
+    } else {
+      a = std::make_unique<SGD>(Tensors{cl}, 0.1, kSgd);
+      b = std::make_unique<SGD>(Tensors{dense}, 0.1, kSgd);
+    }
+    const int64_t staged = optim::multi_tensor::staged_copies();
+    for (int step = 0; step < 3; ++step) {
+      Tensor g = grid_values({4, 3, 2, 5}, 0.1 * step - 0.5);
+      cl.set_grad(nhwc(g));
+      dense.set_grad(g);
+      a->step();
+      b->step();
+    }
+    // Clipping scales the gradients in place (its sum may run in another
+    // order: equal to rounding).
+    const double n_cl = optim::clip_grad_norm_({cl}, 0.5), n_dense = optim::clip_grad_norm_({dense}, 0.5);
+    EXPECT_NEAR(n_cl, n_dense, 1e-12 * n_dense);
+    EXPECT_EQ(cl.grad().strides(), strides);
+    const auto g_cl = cl.grad().to_vector<float>(), g_dense = dense.grad().to_vector<float>();
+    for (size_t i = 0; i < g_cl.size(); ++i) EXPECT_NEAR(g_cl[i], g_dense[i], 1e-6) << i;
+    EXPECT_EQ(optim::multi_tensor::staged_copies(), staged) << (adamw ? "AdamW" : "SGD");
+    EXPECT_EQ(cl.data_ptr(), data);
+    EXPECT_EQ(cl.strides(), strides);
+    EXPECT_EQ(cl.to_vector<float>(), dense.to_vector<float>()) << (adamw ? "AdamW" : "SGD");
+    const char* key = adamw ? "exp_avg" : "momentum_buffer";
+    EXPECT_EQ(a->state(0).at(key).strides(), strides);
+    EXPECT_EQ(a->state(0).at(key).to_vector<float>(), b->state(0).at(key).to_vector<float>());
+  }
+}
+
+// A gradient in another layout than its parameter, and a view with gaps,
+// still step correctly, through contiguous copies (counted).
+TEST(FusedStep, MixedLayoutsAndGappedViewsAreStaged) {
+  Tensor dense = grid_values({2, 3, 2, 2}, -0.3).set_requires_grad();
+  Tensor cl = nhwc(dense.detach()).set_requires_grad();
+  Tensor base = grid_values({4, 6}, 0.2);
+  Tensor gapped = base.slice(1, 0, 6, 2).detach().set_requires_grad();  // [4, 3], stride 2
+  Tensor gapped_twin = gapped.contiguous().detach().set_requires_grad();
+  SGD a({cl, gapped}, 0.1, kSgd), b({dense, gapped_twin}, 0.1, kSgd);
+  Tensor g = grid_values({2, 3, 2, 2}, 0.25);
+  cl.set_grad(g);  // contiguous, unlike cl
+  dense.set_grad(g);
+  gapped.set_grad(grid_values({4, 3}, 0.5));
+  gapped_twin.set_grad(grid_values({4, 3}, 0.5));
+  const int64_t staged = optim::multi_tensor::staged_copies();
+  a.step();
+  b.step();
+  EXPECT_GT(optim::multi_tensor::staged_copies(), staged);
+  EXPECT_EQ(cl.to_vector<float>(), dense.to_vector<float>());
+  EXPECT_EQ(gapped.to_vector<float>(), gapped_twin.to_vector<float>());
+  // The gapped view wrote through to its base, and only to its own elements.
+  EXPECT_EQ(base.slice(1, 1, 6, 2).to_vector<float>(),
+            grid_values({4, 6}, 0.2).slice(1, 1, 6, 2).to_vector<float>());
 }
 
 // An empty parameter is legal and stays empty; its neighbours still step.

@@ -124,11 +124,11 @@ class Module {
   // Re-lays every floating 4-D parameter and buffer (and its .grad) out in
   // `format`, like torch's model.to(memory_format=...): with channels_last
   // a conv weight [O, I, KH, KW] gets NHWC strides, so a channels-last
-  // model's CUDA convolutions read x, w and y all NHWC and copy nothing
-  // (Note [cuDNN convolution]). Values, shapes and identities are kept
-  // (Note [Parameter identity]). On the CPU, oneDNN reads contiguous
-  // weights, so a channels-last weight is copied per call there: convert
-  // CUDA models. Other tensors are left as they are.
+  // model's convolutions read x, w and y all NHWC and copy nothing (Note
+  // [cuDNN convolution], Note [oneDNN layouts]). Values, shapes and
+  // identities are kept (Note [Parameter identity]). Such a model trains
+  // under DistributedDataParallel and ZeRO-1 as it is (Note [Dense tensors
+  // in collectives]). Other tensors are left as they are.
   Module& to(MemoryFormat format);
   // Clears (set_to_none) or zeroes every parameter's gradient.
   void zero_grad(bool set_to_none = true);

@@ -63,6 +63,7 @@
 #include <mutex>
 
 #include "ddp/parallel/comm_hooks.h"
+#include "ddp/tensor/ordered_dict.h"
 #include "ddp/tensor/generator.h"
 
 namespace ddp::parallel {
@@ -117,6 +118,23 @@ class PowerSGDState {
   // one. Needs warm_start; call it before that step, with the same Q on
   // every rank. A Q of the wrong size raises ValueError at that step.
   void set_q_memory(int bucket_index, const Tensor& q);
+
+  // Note [PowerSGD checkpoints]
+  // Everything a resumed run needs to continue bit for bit: the iteration
+  // count, the compression statistics, the generator of the random Q (seed
+  // and offset), and per bucket its error memory, its Q (warm start) and the
+  // shapes of the gradients they belong to, as "bucket.<b>.error",
+  // "bucket.<b>.q" and "bucket.<b>.shapes". The error memory is this rank's
+  // own (the residual of its local gradient), so every rank saves and loads
+  // its own state; io::Checkpoint, which rank 0 writes, has no per-rank
+  // section yet, so keep it in a file per rank (e.g. io::save_safetensors).
+  // load_state_dict checks the options that size the memory (rank, error
+  // feedback, warm start) and every tensor before it changes anything
+  // (ValueError naming the first problem); a restored bucket's memory moves
+  // to the gradients' device at its first step, and one whose gradients no
+  // longer match its shapes raises there, as after a bucket rebuild.
+  TensorDict state_dict() const;
+  void load_state_dict(const TensorDict& dict);
 
   // The hook's body; use powersgd_hook() to get a CommHook.
   BucketWork run(dist::ProcessGroup& group, GradBucket& bucket);

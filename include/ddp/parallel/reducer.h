@@ -10,7 +10,12 @@
 // the others at bucket_cap_mb. Each bucket
 // is one flat buffer, and each parameter's .grad is a view into it (Note
 // [Gradient as bucket view]), so the gradients exist once and a bucket is
-// communicated without packing.
+// communicated without packing. A view has its parameter's own dense
+// layout (a channels-last weight gets a channels-last .grad), so autograd
+// and the optimizer never re-lay a gradient out, and the allreduce sums the
+// block as it lies: every rank has the same layouts (DDP checks them at
+// construction; Note [Dense tensors in collectives]). A parameter that is
+// not dense (a strided view) is refused.
 //
 // Note [Launch order]
 // A post-accumulate hook on every parameter marks its gradient ready. When

@@ -22,7 +22,9 @@
 // as each bucket becomes ready during backward its averaged chunk lands on
 // its owner (half the bytes of an allreduce leave each rank). The chunk
 // covers pieces ("segments") of one or more parameters; each segment is a
-// flat view of the parameter's own memory, and a local SGD or AdamW steps
+// flat view of the parameter's own memory, in memory order whatever its
+// dense layout (a channels-last weight's gradient lies in its bucket in that
+// same order), and a local SGD or AdamW steps
 // exactly those segments with the fused multi-tensor step, so optimizer
 // state exists for 1/N of the elements only. The updated chunks are then
 // all-gathered per bucket, asynchronously and in place, into the bucket's
@@ -77,6 +79,14 @@
 // at any world size: it reassembles each parameter's state, checks that
 // every element is covered exactly once, and keeps the pieces of its own
 // segments, so a job saved at 2 ranks resumes at 3 or 4.
+//
+// Note [ZeRO-1 checkpoints across layouts]
+// Segments count a parameter's elements in its memory order (Note [ZeRO-1
+// shards]), so a shard also records each parameter's dim order (outermost
+// to innermost in memory, zero.dim_orders). A job that loads shards saved
+// in another layout (contiguous into channels-last, or the reverse)
+// re-lays each reassembled state into its own order before cutting its
+// segments, so the resumed trajectory is the same whatever the layouts.
 
 #include <functional>
 #include <memory>

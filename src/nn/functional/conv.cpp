@@ -125,12 +125,13 @@ Tensor to_nchw_cpu(const Tensor& t) {
   return out;
 }
 
-// The weight as the kernels take it (kernels/kernel_list.h): contiguous on
-// the CPU (oneDNN reads OIHW); on CUDA in its own dense layout, contiguous
-// or NHWC-strided, so a channels-last model's weights are never copied
-// (Note [cuDNN convolution]). Any other weight is copied and counted.
+// The weight as the kernels take it (kernels/kernel_list.h): in its own
+// dense layout, contiguous or NHWC-strided (oneDNN reads oihw or ohwi, Note
+// [oneDNN layouts]; cuDNN either, Note [cuDNN convolution]), so a
+// channels-last model's weights are never copied and its weight gradients
+// come out channels-last. Any other weight is copied and counted.
 Tensor kernel_weight(const Tensor& w) {
-  if (w.is_contiguous() || (w.is_cuda() && is_channels_last(w))) return w;
+  if (w.is_contiguous() || is_channels_last(w)) return w;
   detail::count_layout_conversion();  // Note [Layout conversion count]
   return w.contiguous();
 }

@@ -20,8 +20,10 @@
 // activations in NHWC (the layout that the direct kernels and cuDNN's tensor
 // cores share, and that --channels-last models already have) and the
 // weights in format `any`, and reorders sit at the edges:
-// - weights (oihw <-> blocked): small (at most a few MiB), reordered on
-//   every call so that the optimizer keeps updating plain tensors;
+// - weights (oihw or ohwi <-> blocked): small (at most a few MiB),
+//   reordered on every call so that the optimizer keeps updating plain
+//   tensors; a channels-last weight is read and written as ohwi, so a
+//   channels-last model's weights and their gradients stay channels-last;
 // - activations: none for channels-last tensors; NCHW tensors are
 //   reordered into an NHWC scratch and back, which costs a memory pass and
 //   still leaves the NCHW path well ahead of gemm.
@@ -68,16 +70,19 @@ struct UserDescs {
 memory::desc weights_desc(const ConvGeometry& g, tag t) {
   if (g.groups == 1) return memory::desc({g.o, g.c, g.kh, g.kw}, dt::f32, t);
   // [O, C/G, KH, KW] viewed as [G, O/G, C/G, KH, KW]: the same bytes.
-  return memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, dt::f32,
-                      t == tag::any ? tag::any : tag::goihw);
+  const tag grouped = t == tag::any ? tag::any : t == tag::ohwi ? tag::gohwi : tag::goihw;
+  return memory::desc({g.groups, g.o / g.groups, g.c / g.groups, g.kh, g.kw}, dt::f32, grouped);
 }
 
-UserDescs user_descs(const ConvGeometry& g) {
+// The ddp weight's layout: ohwi for a channels-last weight, else oihw.
+using WeightTag = tag;
+
+UserDescs user_descs(const ConvGeometry& g, WeightTag weight) {
   UserDescs d;
   const tag act = g.channels_last ? tag::nhwc : tag::nchw;
   d.src = memory::desc({g.n, g.c, g.h, g.w}, dt::f32, act);
   d.dst = memory::desc({g.n, g.o, g.oh, g.ow}, dt::f32, act);
-  d.weights = weights_desc(g, tag::oihw);
+  d.weights = weights_desc(g, weight);
   if (g.has_bias) d.bias = memory::desc({g.o}, dt::f32, tag::x);
   d.strides = {g.stride.h, g.stride.w};
   d.dilates = {g.dilation.h - 1, g.dilation.w - 1};  // oneDNN counts from 0
@@ -143,8 +148,8 @@ struct Entry {
 
 enum class Pass { forward, backward_data, backward_weights };
 
-Entry make_entry(const ConvGeometry& g, Pass pass) {
-  UserDescs d = user_descs(g);
+Entry make_entry(const ConvGeometry& g, Pass pass, WeightTag weight) {
+  UserDescs d = user_descs(g, weight);
   auto fwd = forward_pd(g, d);
   switch (pass) {
     case Pass::forward: {
@@ -198,10 +203,11 @@ Cache& cache() {
   return *c;
 }
 
-std::shared_ptr<const Entry> cached(const ConvGeometry& g, Pass pass) {
+std::shared_ptr<const Entry> cached(const ConvGeometry& g, Pass pass, WeightTag weight) {
   constexpr size_t kMaxEntries = 512;
   Cache& c = cache();
-  const std::string key = g.key() + "|" + std::to_string(int(pass));
+  const std::string key = g.key() + "|" + std::to_string(int(pass)) +
+                          (weight == tag::ohwi ? "|ohwi" : "|oihw");
   std::lock_guard<std::mutex> lock(c.mu);
   auto it = c.map.find(key);
   if (it != c.map.end()) {
@@ -210,7 +216,7 @@ std::shared_ptr<const Entry> cached(const ConvGeometry& g, Pass pass) {
   }
   ++c.stats.misses;
   if (c.map.size() >= kMaxEntries) c.map.clear();
-  auto entry = std::make_shared<const Entry>(make_entry(g, pass));
+  auto entry = std::make_shared<const Entry>(make_entry(g, pass, weight));
   c.map.emplace(key, entry);
   return entry;
 }
@@ -231,10 +237,13 @@ void run(dnnl::stream& stream, const dnnl::primitive& p, const memory::desc& scr
 // Runs one pass on the tensors (in the order of Entry::operands): reorders
 // the inputs into the primitive's layouts, runs it, reorders the outputs
 // back. oneDNN errors become ddp::Error naming the pass and geometry.
-void execute(const ConvGeometry& g, Pass pass, const std::vector<const Tensor*>& tensors) {
+void execute(const ConvGeometry& g, Pass pass, const std::vector<const Tensor*>& tensors,
+             const Tensor& weight) {
   static const char* names[] = {"forward", "backward_data", "backward_weights"};
+  // conv.cpp hands over contiguous or channels-last weights only.
+  const WeightTag wtag = weight.is_contiguous() ? tag::oihw : tag::ohwi;
   try {
-    std::shared_ptr<const Entry> entry = cached(g, pass);
+    std::shared_ptr<const Entry> entry = cached(g, pass, wtag);
     const Entry& e = *entry;
     DDP_CHECK(tensors.size() == e.operands.size(), "conv2d {}: {} tensors for {} operands",
               names[int(pass)], tensors.size(), e.operands.size());
@@ -323,18 +332,18 @@ void forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tens
              const Tensor& y) {
   std::vector<const Tensor*> tensors{&x, &w, &y};
   if (g.has_bias) tensors.push_back(&b);
-  execute(g, Pass::forward, tensors);
+  execute(g, Pass::forward, tensors, w);
 }
 
 void backward_data(const ConvGeometry& g, const Tensor& dy, const Tensor& w, const Tensor& dx) {
-  execute(g, Pass::backward_data, {&dy, &w, &dx});
+  execute(g, Pass::backward_data, {&dy, &w, &dx}, w);
 }
 
 void backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& dw,
                       const Tensor& db) {
   std::vector<const Tensor*> tensors{&x, &dy, &dw};
   if (g.has_bias) tensors.push_back(&db);
-  execute(g, Pass::backward_weights, tensors);
+  execute(g, Pass::backward_weights, tensors, dw);
 }
 
 }  // namespace ddp::nn::functional::conv_detail::onednn

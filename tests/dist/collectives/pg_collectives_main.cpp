@@ -453,6 +453,68 @@ TEST(Routing, CpuTensorsReachedTheCpuBackend) {
 
 // ---- bad input: the same error on every rank, and nothing hangs afterwards ------
 
+// ---- dense layouts other than contiguous ----------------------------------------
+
+// t laid out NHWC (channels-last), the same values.
+Tensor nhwc(const Tensor& t) {
+  return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+}
+Tensor make4(DType d, int r, int salt) { return make(d, 2 * 3 * 4 * 5, r, salt).view({2, 3, 4, 5}); }
+
+// Note [Dense tensors in collectives]: channels-last and transposed tensors
+// go through every collective as the blocks they are, and give the values
+// of their contiguous twins.
+TEST(DenseLayouts, ChannelsLastAndTransposedTensors) {
+  const int n = pg().size(), me = pg().rank();
+  for (DType d : {DType::f32, DType::bf16, DType::i64}) {
+    // allreduce, several layouts in one call (coalesced).
+    Tensor a = nhwc(make4(d, me, 1));
+    Tensor b = make(d, 6 * 7, me, 2).view({6, 7}).t().contiguous().t();  // [6, 7] column-major
+    ASSERT_FALSE(a.is_contiguous());
+    ASSERT_FALSE(b.is_contiguous());
+    void* a_data = a.data_ptr();
+    pg().allreduce({a, b})->wait(kWait);
+    EXPECT_EQ(a.data_ptr(), a_data);
+    EXPECT_FALSE(a.is_contiguous());
+    expect_equal(a.contiguous().view({-1}), expected_reduce(d, 120, ReduceOp::sum, 1), "nhwc allreduce");
+    expect_equal(b.contiguous().view({-1}), expected_reduce(d, 42, ReduceOp::sum, 2), "column-major allreduce");
+
+    // broadcast
+    Tensor c = nhwc(make4(d, me, 3));
+    pg().broadcast({c}, n - 1)->wait(kWait);
+    expect_equal(c.contiguous(), make4(d, n - 1, 3), "nhwc broadcast");
+
+    // allgather into NHWC outputs, separate and as chunks of one NHWC tensor
+    Tensors outs;
+    for (int r = 0; r < n; ++r) outs.push_back(nhwc(Tensor::zeros({2, 3, 4, 5}, TensorOptions(d))));
+    pg().allgather(outs, nhwc(make4(d, me, 4)))->wait(kWait);
+    for (int r = 0; r < n; ++r) expect_equal(outs[size_t(r)].contiguous(), make4(d, r, 4), "nhwc allgather");
+    Tensor big = nhwc(Tensor::zeros({2 * n, 3, 4, 5}, TensorOptions(d)));
+    Tensors chunks;
+    for (int r = 0; r < n; ++r) chunks.push_back(big.narrow(0, 2 * r, 2));
+    pg().allgather(chunks, nhwc(make4(d, me, 4)))->wait(kWait);
+    for (int r = 0; r < n; ++r)
+      expect_equal(chunks[size_t(r)].contiguous(), make4(d, r, 4), "nhwc allgather chunked");
+
+    // reduce_scatter from NHWC inputs into an NHWC output
+    Tensors ins;
+    for (int j = 0; j < n; ++j) ins.push_back(nhwc(make4(d, me, 10 + j)));
+    Tensor out = nhwc(Tensor::zeros({2, 3, 4, 5}, TensorOptions(d)));
+    pg().reduce_scatter(out, ins, ReduceOp::sum)->wait(kWait);
+    expect_equal(out.contiguous().view({-1}), expected_reduce(d, 120, ReduceOp::sum, 10 + me),
+                 "nhwc reduce_scatter");
+
+    // all_to_all: N is outermost in NHWC, so chunk j of dim 0 is a block.
+    auto a2a_input = [&](int r) { return make(d, n * 24, r, 20).view({n * 2, 3, 2, 2}); };
+    Tensor src = nhwc(a2a_input(me));
+    Tensor dst = nhwc(Tensor::zeros({n * 2, 3, 2, 2}, TensorOptions(d)));
+    pg().all_to_all(dst, src)->wait(kWait);
+    for (int j = 0; j < n; ++j)
+      expect_equal(dst.narrow(0, 2 * j, 2).contiguous(), a2a_input(j).narrow(0, 2 * me, 2).contiguous(),
+                   "nhwc all_to_all");
+  }
+}
+
 TEST(BadInput, RaisesOnEveryRank) {
   const int n = pg().size();
   Tensor t = Tensor::ones({6});
@@ -469,9 +531,23 @@ TEST(BadInput, RaisesOnEveryRank) {
   EXPECT_THROW(pg().reduce({t}, n), IndexError);
   EXPECT_THROW(pg().send(t, n, 0), IndexError);
   EXPECT_THROW(pg().recv(t, -1, 0), IndexError);
-  Tensor nc = Tensor::ones({3, 4}).t();
-  EXPECT_THROW(pg().allreduce({nc}), ValueError);
-  EXPECT_THROW(pg().broadcast({nc}), ValueError);
+  // Note [Dense tensors in collectives]: a view with gaps is refused, and
+  // so are two sides of one call laid out differently.
+  Tensor gaps = Tensor::ones({3, 8}).slice(1, 0, 8, 2);
+  EXPECT_THROW(pg().allreduce({gaps}), ValueError);
+  EXPECT_THROW(pg().broadcast({gaps}), ValueError);
+  EXPECT_THROW(pg().allgather(Tensors(size_t(n), Tensor::zeros({3, 4})), gaps), ValueError);
+  try {
+    pg().allreduce({gaps});
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("is not dense"), std::string::npos) << e.what();
+  }
+  Tensor nhwc = Tensor::zeros({2, 3, 2, 2}).permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+  EXPECT_THROW(pg().allgather(Tensors(size_t(n), Tensor::zeros({2, 3, 2, 2})), nhwc), ValueError);
+  EXPECT_THROW(pg().reduce_scatter(nhwc, Tensors(size_t(n), Tensor::zeros({2, 3, 2, 2}))),
+               ValueError);
+  Tensor rows_inner = Tensor::zeros({3, n * 2}).t();  // dim 0 innermost: chunks are no blocks
+  EXPECT_THROW(pg().all_to_all(rows_inner, rows_inner), ValueError);
   EXPECT_THROW(pg().allreduce({Tensor::ones({3}, TensorOptions(DType::i32))}, ReduceOp::avg),
                DTypeError);
   EXPECT_THROW(

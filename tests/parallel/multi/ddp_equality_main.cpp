@@ -15,6 +15,11 @@
 
 #include "ddp/amp/grad_scaler.h"
 #include "ddp/dist/init.h"
+#include "ddp/nn/container.h"
+#include "ddp/nn/conv.h"
+#include "ddp/nn/flatten.h"
+#include "ddp/nn/functional/conv.h"
+#include "ddp/nn/functional/layout_conversions.h"
 #include "ddp/nn/functional/loss.h"
 #include "ddp/nn/linear.h"
 #include "ddp/nn/models/gpt.h"
@@ -22,7 +27,9 @@
 #include "ddp/optim/sgd.h"
 #include "ddp/parallel/distributed.h"
 #include "ddp/parallel/join.h"
+#include "ddp/parallel/powersgd.h"
 #include "ddp/parallel/sync_batch_norm.h"
+#include "ddp/tensor/dense_layout.h"
 #include "ddp/tensor/generator.h"
 #include "ddp/tensor/ops.h"
 #include "dist/multi_rank_main.h"
@@ -392,6 +399,175 @@ TEST(DDPErrors, DifferentModelsOnDifferentRanksAreNamed) {
 
 // After many steps on different data, every rank holds bit-identical
 // parameters: a checksum of their bytes is the same on all ranks.
+// ---- channels-last models ---------------------------------------------------------
+
+// p has the strides Module::to(MemoryFormat::channels_last) gives a 4-D
+// tensor (a 1x1 kernel counts as NCHW for is_channels_last, but is re-laid).
+bool laid_out_channels_last(const Tensor& p) {
+  return p.dim() == 4 && p.strides() == nn::functional::to_channels_last(p.detach()).strides();
+}
+
+// 3-channel images (a 1-channel NHWC tensor is also NCHW), f64 or f32.
+Batch rgb_batch(int step, DType dt) {
+  Generator gen(3000 + uint64_t(step));
+  Tensor x = randn({kBatch, 3, 8, 8}, {}, &gen).to(dt);
+  Tensor y = mul(rand({kBatch}, {}, &gen), 9.999).to(DType::i64);
+  return {x, y};
+}
+
+std::shared_ptr<nn::models::ResNet> rgb_resnet20(DType dt) {
+  manual_seed(7);
+  auto m = nn::models::resnet20({.in_channels = 3, .num_classes = 10});
+  m->eval();  // see small_resnet()
+  m->to(dt);
+  return m;
+}
+
+// Two bottleneck blocks (1x1, 3x3, 1x1 convolutions and a strided
+// projection shortcut), as in ResNet-50, at a size a CI machine trains.
+std::shared_ptr<nn::Sequential> bottleneck_stack(DType dt) {
+  using nn::models::Bottleneck;
+  manual_seed(11);
+  auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+      std::make_shared<nn::Conv2d>(3, 16, 3, 1, 1, 1, 1, false),
+      std::make_shared<Bottleneck>(16, 4, 1), std::make_shared<Bottleneck>(16, 8, 2),
+      std::make_shared<nn::AdaptiveAvgPool2d>(1), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(8 * Bottleneck::kExpansion, 10)});
+  m->eval();
+  m->to(dt);
+  return m;
+}
+
+// Note [Channels-last DDP equality]
+// The same model twice under DDP on the same ranks: once contiguous fed
+// NCHW, once channels-last fed NHWC. Every step their averaged gradients
+// and then their parameters must agree (the convolutions sum in the same
+// order in both layouts; only the allreduce may split the two buckets'
+// elements differently), the channels-last model's .grad must be its
+// bucket views in the parameters' own layout (after the first step, whose
+// fresh gradients move into the buckets once, no gradient is copied:
+// zero_grad(false) keeps the views), and its whole step (forward, backward with the bucket
+// allreduces, optimizer step) must convert no layout.
+template <class M>
+void channels_last_equals_contiguous(std::function<std::shared_ptr<M>(DType)> make, DType dt,
+                                     DDPOptions opts, int steps, bool count_conversions) {
+  SCOPED_TRACE(fmt::format("{} steps in {}", steps, dtype_name(dt)));
+  auto ref = make(dt);
+  auto mine = make(dt);
+  mine->to(MemoryFormat::channels_last);
+  perturb_unless_rank0(*ref);
+  perturb_unless_rank0(*mine);
+  DistributedDataParallel<M> ddp_ref(ref, g_world.group, opts);
+  DistributedDataParallel<M> ddp_mine(mine, g_world.group, opts);
+  int four_d = 0;
+  for (const Tensor& p : mine->parameters())
+    if (p.dim() == 4) {
+      ++four_d;
+      ASSERT_TRUE(laid_out_channels_last(p)) << p.describe();
+    }
+  ASSERT_GT(four_d, 0);
+  expect_params_match(*mine, *ref, "after construction");
+  optim::SGD opt_ref(ref->parameters(), 0.05, {.momentum = 0.9, .weight_decay = 1e-4});
+  optim::SGD opt(mine->parameters(), 0.05, {.momentum = 0.9, .weight_decay = 1e-4});
+  uint64_t copies_after_first_step = 0;
+  for (int s = 0; s < steps; ++s) {
+    const std::string where = "step " + std::to_string(s);
+    Batch b = rgb_batch(s, dt);
+    loss_of(ddp_ref(my_rows(b.x)), my_rows(b.y)).backward();
+    Tensor x = nn::functional::to_channels_last(my_rows(b.x));
+    const int64_t conversions = nn::functional::layout_conversion_count();
+    loss_of(ddp_mine(x), my_rows(b.y)).backward();
+    expect_grads_match(*mine, *ref, where);
+    for (const auto& [name, p] : mine->named_parameters())
+      EXPECT_TRUE(same_dense_layout(p.grad(), p)) << where << " grad of " << name << " has strides "
+                                                  << fmt::format("{}", fmt::join(p.grad().strides(), ","));
+    opt.step();
+    if (count_conversions)
+      EXPECT_EQ(nn::functional::layout_conversion_count() - conversions, 0) << where;
+    opt_ref.step();
+    opt_ref.zero_grad(false);
+    opt.zero_grad(false);
+    if (s == 0) copies_after_first_step = ddp_mine.reducer().grad_copies();
+  }
+  expect_params_match(*mine, *ref, "after training");
+  EXPECT_LE(copies_after_first_step, mine->parameters().size());
+  EXPECT_EQ(ddp_mine.reducer().grad_copies(), copies_after_first_step);
+  for (const Tensor& p : mine->parameters())
+    if (p.dim() == 4) EXPECT_TRUE(laid_out_channels_last(p)) << p.describe();
+}
+
+TEST(DDPChannelsLast, ResNet20EqualsContiguous) {
+  // f64 over several steps (Note [ResNet trajectories in f64]); f32 for one
+  // step, through oneDNN, where a layout change would be counted.
+  channels_last_equals_contiguous<nn::models::ResNet>(rgb_resnet20, DType::f64, {}, 3, false);
+  channels_last_equals_contiguous<nn::models::ResNet>(rgb_resnet20, DType::f32, {}, 1, true);
+}
+
+TEST(DDPChannelsLast, BottleneckStackEqualsContiguousInSmallBuckets) {
+  DDPOptions o;
+  o.bucket_cap_mb = 0.005;  // several buckets, weights split across them
+  channels_last_equals_contiguous<nn::Sequential>(bottleneck_stack, DType::f64, o, 3, false);
+  channels_last_equals_contiguous<nn::Sequential>(bottleneck_stack, DType::f32, o, 1, true);
+}
+
+// A rank whose model is laid out differently is named at construction:
+// buckets and broadcasts move bytes as they lie.
+TEST(DDPChannelsLast, DifferentLayoutsOnDifferentRanksAreNamed) {
+  auto m = rgb_resnet20(DType::f32);
+  if (rank() == world() - 1) m->to(MemoryFormat::channels_last);
+  try {
+    DistributedDataParallel<nn::models::ResNet> ddp_model(m, g_world.group, {});
+    ADD_FAILURE() << "no error";
+  } catch (const ValueError& e) {
+    EXPECT_NE(std::string(e.what()).find("strides"), std::string::npos) << e.what();
+  }
+}
+
+// PowerSGD compresses a channels-last weight's gradient as the rows of its
+// block: the gradients keep their layout, the exactly summed ones (biases,
+// BatchNorm) equal the plain average, the compressed ones approximate it,
+// and every rank ends with the same gradients.
+TEST(DDPChannelsLast, PowerSGDCompressesChannelsLastGradients) {
+  auto ref = rgb_resnet20(DType::f32);
+  auto mine = rgb_resnet20(DType::f32);
+  mine->to(MemoryFormat::channels_last);
+  DistributedDataParallel<nn::models::ResNet> ref_ddp(ref, g_world.group, {});
+  DistributedDataParallel<nn::models::ResNet> ddp_model(mine, g_world.group, {});
+  auto state = std::make_shared<parallel::PowerSGDState>(
+      parallel::PowerSGDOptions{.matrix_approximation_rank = 4,
+                                .start_powerSGD_iter = 0,
+                                .min_compression_rate = 1.0,
+                                .use_error_feedback = false,
+                                .warm_start = false});
+  ddp_model.register_comm_hook(parallel::powersgd_hook(state));
+  Batch b = rgb_batch(0, DType::f32);
+  loss_of(ref_ddp(my_rows(b.x)), my_rows(b.y)).backward();
+  loss_of(ddp_model(nn::functional::to_channels_last(my_rows(b.x))), my_rows(b.y)).backward();
+  EXPECT_GT(state->numel_before_compression(), 0);  // the convolutions were compressed
+  auto g = mine->named_parameters();
+  auto w = ref->named_parameters();
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the gradients' bytes
+  for (size_t i = 0; i < g.size(); ++i) {
+    const std::string& name = g.items()[i].first;
+    const Tensor& p = g.items()[i].second;
+    EXPECT_TRUE(same_dense_layout(p.grad(), p)) << name;
+    const double err = test::scaled_error(p.grad(), w.items()[i].second.grad(), 1e-12);
+    if (p.dim() == 1)
+      EXPECT_LE(err, 1e-5) << name;  // summed exactly
+    else
+      EXPECT_LT(err, 1.0) << name;  // a rank-4 approximation
+    Tensor c = p.grad().contiguous();
+    auto* bytes = static_cast<const unsigned char*>(c.data_ptr());
+    for (size_t k = 0; k < c.nbytes(); ++k) h = (h ^ bytes[k]) * 1099511628211ull;
+  }
+  Tensors all;
+  for (int r = 0; r < world(); ++r) all.push_back(Tensor::empty({1}, DType::i64));
+  g_world.group->allgather(all, Tensor::from_vector(std::vector<int64_t>{int64_t(h)}, {1}))
+      ->wait(std::chrono::milliseconds(60'000));
+  for (int r = 1; r < world(); ++r)
+    EXPECT_EQ(all[size_t(r)].item<int64_t>(), all[0].item<int64_t>()) << "rank " << r;
+}
+
 TEST(DDPConsistency, ParametersStayIdenticalAcrossRanks) {
   auto model = small_gpt();
   DistributedDataParallel<nn::models::GPT> ddp_model(model, g_world.group, {.bucket_cap_mb = 0.05});

@@ -16,11 +16,16 @@
 #include <memory>
 #include <string>
 
+#include <unistd.h>
+
 #include "ddp/amp/grad_scaler.h"
 #include "ddp/dist/init.h"
 #include "ddp/io/safetensors.h"
 #include "ddp/nn/activation.h"
 #include "ddp/nn/container.h"
+#include "ddp/nn/conv.h"
+#include "ddp/nn/flatten.h"
+#include "ddp/nn/functional/conv.h"
 #include "ddp/nn/functional/loss.h"
 #include "ddp/nn/linear.h"
 #include "ddp/optim/clip_grad.h"
@@ -257,6 +262,89 @@ TEST(Zero, BadInputsRaiseValueError) {
   EXPECT_THROW(opt.load_shards("/nonexistent/zero"), ValueError);
   EXPECT_THROW(opt.load_state_dict(opt.state_dict()), ValueError);
   opt.synchronize_parameters();
+}
+
+// ---- channels-last models ---------------------------------------------------------
+
+// Two convolutions (4-D weights) and a linear layer, f64.
+std::shared_ptr<Model> make_conv_model() {
+  manual_seed(13);
+  auto m = std::make_shared<Model>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+      std::make_shared<nn::Conv2d>(3, 5, 3, 1, 1), std::make_shared<nn::GELU>(),
+      std::make_shared<nn::Conv2d>(5, 3, 3, 2, 1), std::make_shared<nn::Flatten>(),
+      std::make_shared<nn::Linear>(3 * 3 * 3, 4)});
+  m->to(DType::f64);
+  return m;
+}
+Batch conv_batch(int step) {
+  Generator gen(700 + uint64_t(step));
+  return {randn({kBatch, 3, 5, 5}, TensorOptions(DType::f64), &gen),
+          randn({kBatch, 4}, TensorOptions(DType::f64), &gen)};
+}
+
+// A directory every rank of this job names alike (rank 0's pid).
+std::string job_dir(const std::string& what) {
+  Tensor id = Tensor::full({1}, rank() == 0 ? double(::getpid()) : 0.0, TensorOptions(DType::f64));
+  g_world.group->allreduce({id})->wait(g_world.group->timeout());
+  return (std::filesystem::temp_directory_path() /
+          (what + "_" + std::to_string(int64_t(id.item<double>()))))
+      .string();
+}
+
+// Note [ZeRO-1 checkpoints across layouts]: ZeRO over a channels-last model
+// follows plain DDP of the contiguous one; its shards, saved, resume a
+// contiguous ZeRO job that keeps following it.
+TEST(ZeroChannelsLast, FollowsContiguousPlainDDPAndResumesAcrossLayouts) {
+  auto ref = make_conv_model();
+  auto cl = make_conv_model();
+  cl->to(MemoryFormat::channels_last);
+  DistributedDataParallel<Model> ref_ddp(ref, g_world.group, zero_ddp_options());
+  auto opt_ref = plain_adamw()(ref->parameters());
+  auto step_ref = [&](int s) {
+    Batch b = conv_batch(s);
+    nn::functional::mse_loss(ref_ddp(my_rows(b.x)), my_rows(b.y)).backward();
+    opt_ref->step();
+    opt_ref->zero_grad();
+  };
+  auto step_zero = [&](DistributedDataParallel<Model>& ddp, ZeroRedundancyOptimizer& opt, int s,
+                       bool nhwc) {
+    Batch b = conv_batch(s);
+    Tensor x = my_rows(b.x);
+    if (nhwc) x = nn::functional::to_channels_last(x);
+    nn::functional::mse_loss(ddp(x), my_rows(b.y)).backward();
+    opt.step();
+    opt.zero_grad();
+  };
+  const std::string dir = job_dir("zero_channels_last");
+  {
+    DistributedDataParallel<Model> cl_ddp(cl, g_world.group, zero_ddp_options());
+    ZeroRedundancyOptimizer opt(cl_ddp, zero_adamw());
+    for (int s = 0; s < 3; ++s) {
+      step_ref(s);
+      step_zero(cl_ddp, opt, s, true);
+      opt.synchronize_parameters();
+      expect_params_match(*cl, *ref, "channels-last step " + std::to_string(s));
+    }
+    for (const Tensor& p : cl->parameters())
+      if (p.dim() == 4) EXPECT_TRUE(nn::functional::is_channels_last(p)) << p.describe();
+    if (rank() == 0) std::filesystem::remove_all(dir);
+    g_world.group->barrier()->wait(g_world.group->timeout());
+    opt.save_shard(dir);
+    g_world.group->barrier()->wait(g_world.group->timeout());
+  }
+  auto contig = make_conv_model();
+  contig->load_state_dict(cl->state_dict());
+  DistributedDataParallel<Model> contig_ddp(contig, g_world.group, zero_ddp_options());
+  ZeroRedundancyOptimizer opt(contig_ddp, zero_adamw());
+  opt.load_shards(dir);
+  for (int s = 3; s < 6; ++s) {
+    step_ref(s);
+    step_zero(contig_ddp, opt, s, false);
+    opt.synchronize_parameters();
+    expect_params_match(*contig, *ref, "resumed contiguous step " + std::to_string(s));
+  }
+  g_world.group->barrier()->wait(g_world.group->timeout());
+  if (rank() == 0) std::filesystem::remove_all(dir);
 }
 
 // Note [ZeRO-1 checkpoints]: save at one world size, resume at another.

@@ -12,9 +12,8 @@ namespace ddp::nn::functional {
 // channels-last model whose ops all keep the layout makes none after its
 // input, while an NCHW f32 model on the CPU makes four per convolution (Note
 // [NCHW convolutions on the CPU]). conv2d counts its weight copies too: a
-// weight that is neither contiguous nor (on CUDA) channels-last, a
-// channels-last weight on the CPU, and a weight layout no cuDNN engine takes
-// (Note [cuDNN convolution]). max_pool2d converts an NHWC input only on
+// weight that is neither contiguous nor channels-last, and a weight layout
+// no cuDNN engine takes (Note [cuDNN convolution]). max_pool2d converts an NHWC input only on
 // CUDA (four copies per call, forward and backward). Process-wide, for tests
 // and profiling.
 int64_t layout_conversion_count();
