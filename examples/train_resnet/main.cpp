@@ -155,7 +155,7 @@ EvalResult evaluate(nn::models::ResNet& model, const Data& d, const Options& o, 
 // measured faster with oneDNN for the README's 2-rank job (docs/benchmarks.md,
 // "Channels-last DDP on the CPU"). The model is converted before DDP wraps
 // it, so weights, gradients, buckets and optimizer state are all in it.
-constexpr bool kCpuPrefersChannelsLast = CPU_CHOICE;
+constexpr bool kCpuPrefersChannelsLast = true;
 
 bool use_channels_last(const Options& o, const Device& device) {
   if (o.memory_format == "auto") return device.is_cuda() || kCpuPrefersChannelsLast;
