@@ -312,7 +312,8 @@ std::vector<double> powersgd_iteration(CommHook& hook, dist::ProcessGroup& group
 // for bit: error memory, warm-started Q, iteration and generator included.
 TEST(PowerSGD, StateDictResumesBitForBit) {
   auto group = ddp::test::solo();
-  const PowerSGDOptions o{.matrix_approximation_rank = 2, .start_powerSGD_iter = 2, .seed = 5};
+  const PowerSGDOptions o{
+      .matrix_approximation_rank = 2, .start_powerSGD_iter = 2, .min_compression_rate = 1.0, .seed = 5};
   auto a = std::make_shared<PowerSGDState>(o);
   CommHook hook_a = powersgd_hook(a);
   std::vector<std::vector<double>> whole;
@@ -335,6 +336,7 @@ TEST(PowerSGD, StateDictResumesBitForBit) {
   // Without the state the resumed run differs (so the check above can fail).
   auto c = std::make_shared<PowerSGDState>(PowerSGDOptions{.matrix_approximation_rank = 2,
                                                            .start_powerSGD_iter = 0,
+                                                           .min_compression_rate = 1.0,
                                                            .use_error_feedback = false,
                                                            .warm_start = false,
                                                            .seed = 5});
@@ -344,7 +346,8 @@ TEST(PowerSGD, StateDictResumesBitForBit) {
 
 TEST(PowerSGD, BadStateDictsRaiseAndChangeNothing) {
   auto group = ddp::test::solo();
-  const PowerSGDOptions o{.matrix_approximation_rank = 2, .start_powerSGD_iter = 2};
+  const PowerSGDOptions o{
+      .matrix_approximation_rank = 2, .start_powerSGD_iter = 2, .min_compression_rate = 1.0};
   auto a = std::make_shared<PowerSGDState>(o);
   CommHook hook = powersgd_hook(a);
   for (int it = 0; it < 3; ++it) powersgd_iteration(hook, *group, it);
