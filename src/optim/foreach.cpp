@@ -1,6 +1,6 @@
 // See src/optim/foreach.h: argument checks, dtype buckets, tensors of any
-// dense layout as flat blocks (staging only the others), and the choice between the CPU kernels and the
-// CUDA launchers.
+// dense layout as flat blocks (staging only the others), and the choice
+// between the CPU kernels and the CUDA launchers.
 
 #include "optim/foreach.h"
 
