@@ -91,6 +91,11 @@ inline std::string request_once(int port, std::string_view request,
                             const char* source = "127.0.0.1") {
   const int fd = connect_loopback(port, source);
   if (fd < 0) return {};
+  // A server that stops reading must not block the client for ever.
+  timeval tv{};
+  tv.tv_sec = timeout.count() / 1000;
+  tv.tv_usec = (timeout.count() % 1000) * 1000;
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   (void)send_all(fd, request);
   std::string answer = read_until_closed(fd, Clock::now() + timeout);
   ::close(fd);
