@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/):
 small valid inputs of each format, so the fuzzers start from the parsers'
-good paths. Run from anywhere; rewrites the files it owns."""
+good paths. Run from anywhere; rewrites the files it owns. Files named
+regression_* are inputs that once crashed a target, committed by hand with
+the fix so that every run replays them."""
 import gzip
 import json
 import os
