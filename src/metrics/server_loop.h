@@ -76,6 +76,7 @@ class ServerLoop {
   void accept_new(Clock::time_point now);
   bool make_room_for(const std::string& address, Clock::time_point now);
   void on_readable(Connection& c, Clock::time_point now);
+  void drain(Connection& c);
   void serve(Connection& c, Clock::time_point now);
   bool start_answer(Connection& c, Clock::time_point now);
   void flush(Connection& c, Clock::time_point now);
@@ -89,6 +90,7 @@ class ServerLoop {
   int wake_fd_ = -1;  // an eventfd stop() writes to
   Clock::time_point accept_paused_until_{};
   std::vector<Connection> connections_;
+  std::vector<char> drain_buffer_;  // what refused clients still send goes here, unread
 };
 
 }  // namespace ddp::metrics

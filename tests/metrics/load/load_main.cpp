@@ -21,6 +21,7 @@
 //       training series, until stdin closes; prints its port. For the
 //       measurement in docs/metrics.md ("The endpoint under load").
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <httplib.h>
 #include <spawn.h>
@@ -33,6 +34,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -47,7 +49,7 @@ namespace ddp::metrics::load {
 namespace {
 
 struct Args {
-  int steps = 600;
+  int steps = 200;
   int idle = 200;
   int burst = 32;
   double rss_growth_mib = 16;
@@ -94,6 +96,29 @@ double rss_mib() {
     status.ignore(1 << 12, '\n');
   }
   return 0;
+}
+
+// CPU seconds (user + system) the server's thread ("ddp-metrics") has used.
+double server_thread_cpu_seconds() {
+  DIR* tasks = ::opendir("/proc/self/task");
+  double seconds = -1;
+  while (const dirent* e = tasks ? ::readdir(tasks) : nullptr) {
+    const std::string dir = std::string("/proc/self/task/") + e->d_name;
+    std::ifstream comm(dir + "/comm");
+    std::string name;
+    if (!std::getline(comm, name) || name != "ddp-metrics") continue;
+    std::ifstream stat(dir + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    std::istringstream fields(line.substr(line.rfind(')') + 2));  // after "pid (comm) "
+    std::string skip;
+    for (int i = 3; i < 14; ++i) fields >> skip;  // fields 3..13
+    double utime = 0, stime = 0;
+    fields >> utime >> stime;
+    seconds = (utime + stime) / double(::sysconf(_SC_CLK_TCK));
+  }
+  if (tasks) ::closedir(tasks);
+  return seconds;
 }
 
 double median(std::vector<double> v) {
@@ -240,7 +265,12 @@ int run_test(const Args& a) {
   const double rss_before = rss_mib();
   Attacker attacker(server.port(), a);
   if (attacker.read_line() != "ready") throw std::runtime_error("the attacker did not start");
+  const double server_cpu_before = server_thread_cpu_seconds();
+  const auto attack_start = std::chrono::steady_clock::now();
   const TrainResult attacked = train(a.steps, metrics);
+  const double attack_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - attack_start).count();
+  const double server_cpu = server_thread_cpu_seconds() - server_cpu_before;
   const AttackReport report = attacker.stop_and_report();
   const double rss_after = rss_mib();
   // A second quiet run after the attack, so drift of a shared machine shows.
@@ -253,6 +283,11 @@ int run_test(const Args& a) {
             << median(quiet_again.step_seconds) * 1e3 << " ms unattacked (before and after), "
             << attacked_step * 1e3 << " ms attacked (" << (attacked_step / quiet_step - 1) * 100
             << " % against their mean)\n"
+            << "median CPU per step (whole process): " << median(quiet.step_cpu_seconds) * 1e3 << " and "
+            << median(quiet_again.step_cpu_seconds) * 1e3 << " ms unattacked, "
+            << median(attacked.step_cpu_seconds) * 1e3 << " ms attacked\n"
+            << "server thread: " << server_cpu << " s of CPU in the " << attack_seconds
+            << " s of the attacked run (" << 100 * server_cpu / attack_seconds << " % of one core)\n"
             << "resident set: " << rss_before << " MiB before the attack, " << rss_after
             << " MiB after (+" << rss_after - rss_before << " MiB)\n";
 

@@ -12,6 +12,7 @@ namespace ddp::metrics::load {
 struct TrainResult {
   std::vector<float> parameters;   // every parameter, flattened, after the last step
   std::vector<double> step_seconds;
+  std::vector<double> step_cpu_seconds;  // CPU time of the whole process (server thread included)
   double final_loss = 0;
 };
 
