@@ -79,7 +79,9 @@ if(NOT DDP_WITH_GLOO STREQUAL "OFF")
 endif()
 ddp_resolve_option(GLOO "${_gloo_found}")
 
-# ---- cpp-httplib (the metrics server, src/metrics/server.cpp) ----------------
+# ---- cpp-httplib (the metrics tests' HTTP client) -----------------------------
+# libddp's metrics server is its own event loop (Note [Metrics server under
+# load]); the tests talk to it with cpp-httplib's client.
 # Debian's libcpp-httplib-dev: a header plus libcpp-httplib.so, whose
 # compile definitions (OpenSSL, zlib, brotli) come from pkg-config.
 find_package(PkgConfig REQUIRED)

@@ -14,6 +14,9 @@ packages=(
   python3-matplotlib
   libcpp-httplib-dev prometheus python3-pip
   xz-utils binutils libssl-dev libbrotli-dev libopenblas-pthread-dev
+  # The fuzz targets (tests/fuzz/): clang and its libFuzzer and sanitizer
+  # runtimes; without them the build skips the targets.
+  clang libclang-rt-14-dev
 )
 
 missing=()

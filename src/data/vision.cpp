@@ -66,12 +66,16 @@ IdxArray read_idx(const std::string& path) {
               "'{}' is truncated: the header of a rank-{} IDX file needs {} bytes, the "
               "data ends at {}",
               path, ndim, header, where(int64_t(b.size()), gz));
+  // Checked before each product: dimensions up to 2^32 - 1 would overflow
+  // int64 after a few (and could wrap round to a small count that matches a
+  // short file; found by tests/fuzz/idx_fuzz.cpp).
+  constexpr int64_t kMaxElements = int64_t(1) << 40;
   int64_t numel = 1;
   for (int d = 0; d < ndim; ++d) {
     a.dims.push_back(int64_t(big_endian_u32(b.data() + 4 + 4 * d)));
-    numel *= a.dims.back();
-    if (numel > (int64_t(1) << 40))
+    if (a.dims.back() != 0 && numel > kMaxElements / a.dims.back())
       DDP_THROW(IoError, "'{}': implausible IDX dimensions {} at {}", path, a.dims, where(4, gz));
+    numel *= a.dims.back();
   }
   const int64_t end = header + numel;
   if (int64_t(b.size()) < end)

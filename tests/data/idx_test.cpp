@@ -165,6 +165,18 @@ TEST(Idx, TruncatedRawFileNamesOffset) {
                         {dir.path("long"), "1 unexpected bytes", "byte offset 34"});
 }
 
+// Found by tests/fuzz/idx_fuzz.cpp: 2^20 x 2^20 x 2^24 elements is 2^64,
+// which wrapped round to 0 in int64 and so matched a header-only file.
+TEST(Idx, DimensionsWhoseProductOverflowsAreRejected) {
+  ScratchDir dir;
+  write_bytes(dir.path("wrap"), Bytes{0, 0, 8, 3, 0, 0x10, 0, 0, 0, 0x10, 0, 0, 1, 0, 0, 0});
+  expect_error<IoError>([&] { data::read_idx(dir.path("wrap")); },
+                        {dir.path("wrap"), "implausible IDX dimensions", "[1048576, 1048576, 16777216]"});
+  // Just inside the limit the dimensions are read, and the file is short.
+  write_bytes(dir.path("big"), Bytes{0, 0, 8, 2, 0, 0x10, 0, 0, 0, 0x10, 0, 0});
+  expect_error<IoError>([&] { data::read_idx(dir.path("big")); }, {dir.path("big"), "truncated"});
+}
+
 TEST(Idx, TruncatedGzipNamesCompressedOffset) {
   ScratchDir dir;
   Bytes gz = gzip_stored(TinyIdx().images);
