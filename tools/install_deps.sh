@@ -14,6 +14,10 @@ packages=(
   python3-matplotlib
   libcpp-httplib-dev prometheus python3-pip
   xz-utils binutils libssl-dev libbrotli-dev libopenblas-pthread-dev
+  # The image datasets: libjpeg-turbo's libjpeg API (cropped, DCT-scaled
+  # decoding; Note [Decoding only the crop]) and libpng; the test photographs
+  # are made from python3-sklearn's and python3-skimage's samples with PIL.
+  libjpeg62-turbo-dev libpng-dev python3-pil python3-sklearn python3-skimage
 )
 
 missing=()

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 
 #include "common/cli.h"
 #include "common/hardware.h"
@@ -45,7 +46,7 @@ struct Options {
   std::string dtype = "f32";
   bool channels_last = false, no_dct = false;
   std::string model;
-  int64_t train_steps = 0, threads = 0;
+  int64_t train_steps = 0, threads = 0, dct_error = 0;
   std::string json_path;
 };
 
@@ -68,6 +69,10 @@ Options parse(int argc, char** argv) {
   args.add_string("--model", &o.model, "with --train-steps: the ResNet to train", resnet_names());
   args.add_int("--train-steps", &o.train_steps, "training steps fed by the loader (data stall)", 0);
   args.add_int("--threads", &o.threads, "CPU threads of the model with --train-steps", 0);
+  args.add_int("--dct-error", &o.dct_error,
+               "imagefolder: also compare N training crops decoded DCT-scaled with the same "
+               "crops decoded at full size (exact PIL pixels)",
+               0);
   args.add_string("--json", &o.json_path, "also write the JSON object to this file", {}, "FILE");
   args.parse(argc, argv);
   if (o.data.rfind("imagefolder:", 0) != 0 && o.data.rfind("packed:", 0) != 0)
@@ -88,6 +93,44 @@ ddp::data::DatasetPtr open_dataset(const Options& o, const ddp::data::ImageTrans
   if (std::filesystem::is_directory(path + "/train")) path += "/train";
   if (packed) return std::make_shared<ddp::data::PackedImageDataset>(path, t);
   return std::make_shared<ddp::data::ImageFolderDataset>(path, t);
+}
+
+// Note [DCT-scaled decoding]'s difference, measured on the benchmark's own
+// photographs: the same plan decoded with the DCT scale the transform picks
+// and at full size (equal to torchvision's pixels), as u8.
+void measure_dct_error(const Options& o, const ddp::data::ImageFolderDataset& folder,
+                       JsonObject& j) {
+  ddp::data::ImageTransform t = ddp::data::ImageTransform::imagenet_train(o.image_size);
+  t.dtype = ddp::DType::u8;
+  const int64_t n = std::min(o.dct_error, folder.size());
+  std::vector<uint8_t> a(size_t(3 * t.size * t.size)), b(a.size());
+  int max_diff = 0, differing = 0;
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t index = i * folder.size() / n;
+    const std::string& path = folder.samples()[size_t(index)].path;
+    std::ifstream f(path, std::ios::binary);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), {});
+    ddp::data::SampleRng rng(1, 0, index);
+    const ddp::data::ImageDims dims = ddp::data::image_dims(bytes, path);
+    const ddp::data::CropPlan plan = ddp::data::plan_crop(t, dims.width, dims.height, rng);
+    ddp::data::decode_with_plan(bytes, path, t, plan, a.data(), 0);
+    ddp::data::decode_with_plan(bytes, path, t, plan, b.data(), 1);
+    bool differs = false;
+    for (size_t k = 0; k < a.size(); ++k) {
+      const int d = std::abs(int(a[k]) - int(b[k]));
+      max_diff = std::max(max_diff, d);
+      sum += d;
+      differs |= d != 0;
+    }
+    differing += differs;
+  }
+  const double mean = sum / double(std::max<int64_t>(1, n)) / double(a.size());
+  fmt::print("# DCT-scaled vs full-size decode, {} crops of {}: {} decoded reduced; "
+             "|difference| max {}, mean {:.3f} (u8 levels, over all pixels)\n",
+             n, o.image_size, differing, max_diff, mean);
+  j.add("dct_error_crops", n).add("dct_scaled_crops", differing)
+      .add("dct_error_max", max_diff).add("dct_error_mean", mean);
 }
 
 int run(const Options& o) {
@@ -141,6 +184,11 @@ int run(const Options& o) {
       .add("images_per_s", ips)
       .add("seconds", seconds);
 
+  if (o.dct_error > 0) {
+    auto* folder = dynamic_cast<const ddp::data::ImageFolderDataset*>(ds.get());
+    DDP_CHECK(folder != nullptr, "bench_data: --dct-error needs --data imagefolder:PATH");
+    measure_dct_error(o, *folder, j);
+  }
   if (o.train_steps > 0) {
     // Training steps fed by the loader: the stall is how long next() took.
     const ddp::Device device = pinned ? ddp::Device::cuda(0) : ddp::Device::cpu();

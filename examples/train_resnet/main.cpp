@@ -62,8 +62,9 @@ void load_photographs(const Options& o, Data& d) {
   const bool packed = o.data.rfind("packed:", 0) == 0;
   const std::string path = train_resnet::image_data_path(o.data);
   const int64_t side = o.image_size > 0 ? o.image_size : 224;
-  const auto train_t = data::ImageTransform::imagenet_train(side);
-  const auto test_t = data::ImageTransform::imagenet_eval(side, side * 256 / 224);
+  auto train_t = data::ImageTransform::imagenet_train(side);
+  auto test_t = data::ImageTransform::imagenet_eval(side, side * 256 / 224);
+  train_t.dct_scaling = test_t.dct_scaling = !o.no_dct_scaling;
   const bool split = fs::is_directory(fs::path(path) / "train");
   if (packed) {
     if (!split || !fs::is_directory(fs::path(path) / "val"))

@@ -36,6 +36,9 @@ Options parse_options(int argc, char** argv) {
                  "dataset folder (default /usr/share/datasets/fashion-mnist, or ./data/cifar10)");
   cli.add_int("--holdout-every", &o.holdout_every,
               "imagefolder: without PATH/val, every N-th image of each class is the test set", 2);
+  cli.add_flag("--no-dct-scaling", &o.no_dct_scaling,
+               "imagefolder/packed: decode JPEGs at full size (PIL's exact pixels), never at "
+               "1/2, 1/4 or 1/8");
   cli.add_int("--epochs", &o.epochs, "passes over the training set; sets the lr schedule", 1);
   cli.add_int("--max-steps", &o.max_steps,
               "stop after this many optimizer steps in total (0: no limit; the schedule keeps "
@@ -85,6 +88,8 @@ Options parse_options(int argc, char** argv) {
     cli.fail("--image-size: only for --data synthetic, imagefolder:PATH or packed:PATH");
   if (!is_image_data(o.data) && cli.given("--holdout-every"))
     cli.fail("--holdout-every: only for --data imagefolder:PATH");
+  if (!is_image_data(o.data) && o.no_dct_scaling)
+    cli.fail("--no-dct-scaling: only for --data imagefolder:PATH or packed:PATH");
   if (o.comm_hook != "powersgd" && (cli.given("--powersgd-rank") || cli.given("--powersgd-start-iter")))
     cli.fail("--powersgd-rank, --powersgd-start-iter: need --comm-hook powersgd");
   return o;

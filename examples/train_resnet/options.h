@@ -11,6 +11,7 @@ struct Options {
   std::string data = "fashion-mnist";
   std::string data_dir;            // empty: the default folder of --data
   int64_t holdout_every = 10;      // imagefolder: without PATH/val, the test part
+  bool no_dct_scaling = false;     // imagefolder/packed: decode every JPEG at full size
   int64_t epochs = 2;
   int64_t max_steps = 0;           // 0: run every epoch
   int64_t batch_size = 128;        // global, over all ranks

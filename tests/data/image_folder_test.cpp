@@ -149,7 +149,10 @@ TEST(ImageTransforms, NormalisedDtypesAndLayoutsFollowThePixels) {
   const Bytes b = image_bytes("rgb420_q75.jpg");
   ImageTransform t = ImageTransform::imagenet_train(32);
   data::SampleRng rng(5, 1, 9);
-  const CropPlan plan = data::plan_crop(t, 320, 240, rng);
+  const data::ImageDims dims = data::image_dims(b, "x");
+  EXPECT_EQ(dims.width, 316);
+  EXPECT_EQ(dims.height, 249);
+  const CropPlan plan = data::plan_crop(t, dims.width, dims.height, rng);
   ImageTransform u8 = t;
   u8.dtype = DType::u8;
   u8.layout = data::ImageLayout::hwc;
@@ -225,7 +228,7 @@ TEST(ImageTransforms, BadOptionsAndBoxesAreValueErrors) {
   std::vector<float> out(3 * 224 * 224);
   expect_error<ValueError>(
       [&] { data::decode_with_plan(image_bytes("gray.jpg"), "gray.jpg", ImageTransform{}, outside, out.data()); },
-      {"gray.jpg", "outside the 320x240 image"});
+      {"gray.jpg", "outside the 303x207 image"});
 }
 
 // ---- ImageFolderDataset ------------------------------------------------------
