@@ -3,15 +3,10 @@
 
 #include "ddp/data/image_folder.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
+#include "data/data_util.h"
 #include "ddp/core/logging.h"
 
 namespace ddp::data {
@@ -171,29 +166,7 @@ std::string ImageFolderDataset::describe() const {
 
 std::span<const uint8_t> ImageFolderDataset::encoded(int64_t index,
                                                      std::vector<uint8_t>& buffer) const {
-  const std::string& path = samples_[size_t(index)].path;
-  int fd;
-  do {
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  } while (fd < 0 && errno == EINTR);
-  if (fd < 0) DDP_THROW(IoError, "cannot open image '{}': {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    ::close(fd);
-    DDP_THROW(IoError, "cannot stat image '{}'", path);
-  }
-  buffer.resize(size_t(st.st_size));
-  size_t done = 0;
-  while (done < buffer.size()) {
-    const ssize_t r = ::read(fd, buffer.data() + done, buffer.size() - done);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      ::close(fd);
-      DDP_THROW(IoError, "cannot read image '{}' at byte {}", path, done);
-    }
-    done += size_t(r);
-  }
-  ::close(fd);
+  buffer = detail::read_file(samples_[size_t(index)].path);
   return {buffer.data(), buffer.size()};
 }
 

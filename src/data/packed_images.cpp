@@ -54,9 +54,7 @@ struct Packed {
 Packed repack(const std::string& path, const PackOptions& o) {
   Packed p;
   try {
-    std::ifstream f(path, std::ios::binary);
-    std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(f)), {});
-    if (!f.good() && !f.eof()) DDP_THROW(IoError, "cannot read image '{}'", path);
+    const std::vector<uint8_t> bytes = detail::read_file(path);
     const detail::ImageSize s = detail::read_image_size(bytes, path);
     const detail::DecodedRegion full =
         detail::decode_rgb(bytes, path, 1, {0, 0, s.width, s.height});
