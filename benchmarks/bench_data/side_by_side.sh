@@ -18,9 +18,9 @@ photos=$out/photos
 packed=$out/photos_packed
 [ -d "$photos" ] || /usr/bin/python3 "$here/tools/image_data/make_image_folder.py" "$photos" \
   --classes 10 --per-class 60 > /dev/null
-[ -d "$packed" ] || "$build/tools/pack_images/pack_images" "$photos" "$packed" --shards 2 \
-  --max-side 500 --quality 90 > /dev/null
-common=(--batch-size 32 --steps 15 --warmup 3)
+[ -d "$packed" ] || "$build/tools/pack_images/pack_images" --shards 2 --max-side 500 --quality 90 \
+  "$photos" "$packed" > /dev/null
+common=(--batch-size 32 --steps 30 --warmup 3)
 row() {  # name json
   /usr/bin/python3 -c "import json,sys; j=json.load(open(sys.argv[2])); print(f\"{sys.argv[1]:<32} {j['workers']:>3} {j['images_per_s']:>10.1f} {j['peak_rss_mib']:>10.1f} {j.get('peak_pss_mib', j['peak_rss_mib']):>10.1f}\")" "$1" "$2"
 }

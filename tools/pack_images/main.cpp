@@ -1,7 +1,7 @@
 // pack_images: an ImageFolder into packed, memory-mapped shards (Note
 // [Packed image format]; docs/data.md).
 //
-//   pack_images /data/imagenet/train /data/packed/train --shards 64 --max-side 500 --quality 90
+//   pack_images --shards 64 --max-side 500 --quality 90 /data/imagenet/train /data/packed/train
 //
 // Exit status 0 when packed, 1 for an error (a bad image names its path;
 // --skip-bad leaves bad images out and counts them), 2 for a bad command line.
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   ddp_cli::CommandLine cli("pack_images",
                            "Packs an ImageFolder (class sub-folders of JPEG/PNG images) into\n"
                            "memory-mapped shards of re-encoded JPEGs for PackedImageDataset.\n"
-                           "usage: pack_images INPUT OUTPUT [options]");
+                           "usage: pack_images [options] INPUT OUTPUT (options first)");
   cli.add_int("--shards", &o.shards, "number of shard files", 1);
   cli.add_int("--max-side", &o.max_side, "longer side of the re-encoded images", 1);
   cli.add_int("--quality", &o.quality, "JPEG quality (1-100)", 1);
