@@ -1,5 +1,6 @@
 # Finds libddp's dependencies. Required: fmt, a CBLAS (OpenBLAS), zlib (CRC-32
-# of checkpoints, gzip datasets), nlohmann-json. Optional: CUDA (+cuBLAS,
+# of checkpoints, gzip datasets), nlohmann-json, libjpeg-turbo and libpng
+# (the image datasets). Optional: CUDA (+cuBLAS,
 # cuDNN), NCCL, MPI, Gloo, oneDNN, GTest.
 
 find_package(fmt REQUIRED)
@@ -7,6 +8,9 @@ find_package(OpenBLAS REQUIRED)  # cmake/FindOpenBLAS.cmake
 find_package(Threads REQUIRED)
 find_package(ZLIB REQUIRED)
 find_package(nlohmann_json 3.10 REQUIRED)
+# libjpeg-turbo's libjpeg API (cropped and DCT-scaled decoding) and libpng.
+find_package(JPEG REQUIRED)
+find_package(PNG REQUIRED)
 find_package(GTest)  # tests only
 find_package(DNNL)  # cmake/FindDNNL.cmake
 set(DDP_HAVE_DNNL ${DNNL_FOUND})

@@ -104,6 +104,25 @@ ddp_example_test(examples.train_resnet.single.bf16_channels_last
   EXPECT_REGEX "conv1.weight"
   JSON_KEYS ${_ddp_ex_resnet_keys} JSON_EQUALS world_size=1 steps=2 amp=bf16)
 
+# ---- photographs: the test folders of cmake/DdpImageTestData.cmake ----------
+# PATH/train + PATH/val, and a flat class folder with a held-out third; the
+# progress line carries the data stall and the loader's rate.
+ddp_example_test(examples.train_resnet.single.imagefolder
+  LABELS unit ENV ${_ddp_ex_gloo_env}
+  CMD1 $<TARGET_FILE:train_resnet> --data imagefolder:${DDP_IMAGE_TEST_FOLDER} --model resnet20
+       --image-size 32 --batch-size 6 --epochs 1 --workers 2 --log-every 1
+  EXPECT_REGEX "data stall [0-9.]+s/step  loader [0-9]+ img/s"
+  JSON_KEYS ${_ddp_ex_resnet_keys} JSON_EQUALS world_size=1 steps=3)
+ddp_example_test(examples.train_resnet.single.imagefolder_flat
+  LABELS unit ENV ${_ddp_ex_gloo_env}
+  CMD1 $<TARGET_FILE:train_resnet> --data imagefolder:${DDP_IMAGE_TEST_FOLDER}/train
+       --model resnet20 --image-size 32 --batch-size 4 --epochs 1 --holdout-every 3
+  EXPECT_REGEX "test accuracy [0-9.]+%  test loss [0-9.]+  .6 images."
+  JSON_KEYS ${_ddp_ex_resnet_keys} JSON_EQUALS world_size=1 steps=3)
+set_tests_properties(examples.train_resnet.single.imagefolder
+                     examples.train_resnet.single.imagefolder_flat
+                     PROPERTIES FIXTURES_REQUIRED image_folder)
+
 # ---- bad command lines: exit 2, naming the flag -----------------------------
 set(_ddp_ex_bad_flags
   "resnet_unknown_flag|train_resnet|--bogus|--bogus"
@@ -116,6 +135,8 @@ set(_ddp_ex_bad_flags
   "resnet_resume_without_dir|train_resnet|--resume|--resume: needs --checkpoint-dir"
   "resnet_bad_memory_format|train_resnet|--memory-format|nhwc|--memory-format: 'nhwc' is not one of"
   "resnet_memory_format_conflict|train_resnet|--channels-last|--memory-format|contiguous|--channels-last: contradicts --memory-format contiguous"
+  "resnet_bad_data|train_resnet|--data|imagefolder:|--data: 'imagefolder:' is not one of fashion-mnist, cifar10, synthetic, imagefolder:PATH, packed:PATH"
+  "resnet_holdout_without_images|train_resnet|--holdout-every|5|--holdout-every: only for --data imagefolder:PATH"
   "gpt_bad_accum|train_gpt|--grad-accum|0|--grad-accum: '0' is below the minimum 1"
   "gpt_custom_without_sizes|train_gpt|--model|custom|--model custom: needs --n-layer"
   "gpt_bad_number|train_gpt|--lr|fast|--lr: 'fast' is not a finite number"

@@ -17,6 +17,10 @@ packages=(
   # The fuzz targets (tests/fuzz/): clang and its libFuzzer and sanitizer
   # runtimes; without them the build skips the targets.
   clang libclang-rt-14-dev
+  # The image datasets: libjpeg-turbo's libjpeg API (cropped, DCT-scaled
+  # decoding; Note [Decoding only the crop]) and libpng; the test photographs
+  # are made from python3-sklearn's and python3-skimage's samples with PIL.
+  libjpeg62-turbo-dev libpng-dev python3-pil python3-sklearn python3-skimage
 )
 
 missing=()

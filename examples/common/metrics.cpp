@@ -52,10 +52,14 @@ double peak_memory_mib(const ddp::Device& device) {
 }
 
 void print_progress(const Progress& p) {
-  std::printf("epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.4g  %.0f %s  ETA %s\n",
+  std::printf("epoch %lld/%lld  step %lld/%lld  loss %.4f  lr %.4g  %.0f %s  ETA %s",
               (long long)p.epoch, (long long)p.epochs, (long long)p.step,
               (long long)p.total_steps, p.loss, p.lr, p.rate, p.rate_unit,
               format_duration(p.eta_s).c_str());
+  if (p.data_stall_s >= 0)
+    std::printf("  data stall %.3fs/step  loader %.0f %s", p.data_stall_s, p.loader_rate,
+                p.rate_unit);
+  std::printf("\n");
   std::fflush(stdout);
 }
 

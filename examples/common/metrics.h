@@ -77,6 +77,9 @@ struct Progress {
   double rate = 0;                // items per second
   const char* rate_unit = "img/s";
   double eta_s = 0;
+  // When >= 0: the seconds per step the trainer waited for its batch (the
+  // data stall) and the loader's capacity in items/s (LoaderStats).
+  double data_stall_s = -1, loader_rate = -1;
 };
 void print_progress(const Progress& p);
 

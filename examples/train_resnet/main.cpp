@@ -53,6 +53,45 @@ bool cifar_style(const std::string& model) {
   return model == "resnet20" || model == "resnet32" || model == "resnet56";
 }
 
+// --data imagefolder:PATH / packed:PATH: ImageNet's recipe at --image-size
+// (RandomResizedCrop + flip for training, Resize(size * 256/224) +
+// CenterCrop for testing). PATH/train and PATH/val when PATH/train exists;
+// else PATH is one class folder and every --holdout-every-th image of each
+// class (positions k-1, 2k-1, ... in file order) is the test set.
+void load_photographs(const Options& o, Data& d) {
+  namespace fs = std::filesystem;
+  const bool packed = o.data.rfind("packed:", 0) == 0;
+  const std::string path = train_resnet::image_data_path(o.data);
+  const int64_t side = o.image_size > 0 ? o.image_size : 224;
+  auto train_t = data::ImageTransform::imagenet_train(side);
+  auto test_t = data::ImageTransform::imagenet_eval(side, side * 256 / 224);
+  train_t.dct_scaling = test_t.dct_scaling = !o.no_dct_scaling;
+  const bool split = fs::is_directory(fs::path(path) / "train");
+  if (packed) {
+    if (!split || !fs::is_directory(fs::path(path) / "val"))
+      throw ValueError("--data " + o.data + ": a packed folder needs PATH/train and PATH/val "
+                       "(pack each split with tools/pack_images)");
+    auto train = std::make_shared<data::PackedImageDataset>(path + "/train", train_t);
+    d.classes = train->num_classes();
+    d.train = train;
+    d.test = std::make_shared<data::PackedImageDataset>(path + "/val", test_t);
+  } else if (split) {
+    auto train = std::make_shared<data::ImageFolderDataset>(path + "/train", train_t);
+    d.classes = train->num_classes();
+    d.train = train;
+    d.test = std::make_shared<data::ImageFolderDataset>(path + "/val", test_t);
+  } else {
+    using Part = data::ImageFolderOptions::Part;
+    auto train = std::make_shared<data::ImageFolderDataset>(
+        path, train_t, data::ImageFolderOptions{.part = Part::rest, .holdout_every = o.holdout_every});
+    d.classes = train->num_classes();
+    d.train = train;
+    d.test = std::make_shared<data::ImageFolderDataset>(
+        path, test_t, data::ImageFolderOptions{.part = Part::held_out, .holdout_every = o.holdout_every});
+  }
+  d.channels = 3;
+}
+
 Data load_data(const Options& o) {
   Data d;
   if (o.data == "fashion-mnist") {
@@ -75,6 +114,9 @@ Data load_data(const Options& o) {
     d.train_transforms = {std::make_shared<data::RandomCrop>(32, 4),
                           std::make_shared<data::RandomHorizontalFlip>(0.5), norm};
     d.test_transforms = {norm};
+  } else if (train_resnet::is_image_data(o.data)) {
+    d.train_transforms.clear();  // the image datasets transform while decoding
+    load_photographs(o, d);
   } else {  // synthetic: ImageNet-shaped (or CIFAR-shaped for the small ResNets), no transforms
     const int64_t side = o.image_size > 0 ? o.image_size : (cifar_style(o.model) ? 32 : 224);
     d.classes = cifar_style(o.model) ? 10 : 1000;
@@ -274,7 +316,8 @@ int run(const Options& o) {
   examples::MetricsFile metrics(o.metrics, rank, /*append=*/step > 0);
   Tensor loss_acc = Tensor::zeros({}, TensorOptions(kFloat32).device(world.device));
   int64_t acc_steps = 0;
-  examples::Stopwatch train_clock, interval_clock, step_clock;
+  examples::Stopwatch train_clock, interval_clock, step_clock, wait_clock;
+  double interval_stall_s = 0;  // waiting for batches since the last progress line
   double train_s = 0;
   int64_t conversions = 0;  // layout conversions in training steps (Note [Layout conversion count])
   int64_t interval_start = step;
@@ -290,7 +333,9 @@ int run(const Options& o) {
     int64_t skip = step - epoch * steps_per_epoch;  // batches already done before a resume
     train_clock.reset();
     step_clock.reset();
+    wait_clock.reset();
     for (const data::Batch& b : loader) {
+      interval_stall_s += wait_clock.seconds();  // the data stall: next() kept the step waiting
       if (skip > 0) { --skip; continue; }
       const int64_t conversions_before = F::layout_conversion_count();
       Tensor x = channels_last ? F::to_channels_last(b.input) : b.input;
@@ -324,28 +369,40 @@ int run(const Options& o) {
         const double dt = interval_clock.seconds();
         const double rate = double((step - interval_start) * o.batch_size) / std::max(dt, 1e-9);
         interval_clock.reset();
+        const int64_t interval_start_prev = interval_start;
         interval_start = step;
         const double elapsed = train_s + train_clock.seconds();
         const double eta = elapsed / double(step - first_step) * double(stop_step - step);
         const double lr = opt.param_groups()[0].lr.value_or(o.lr);
         const double memory_mib = examples::peak_memory_mib(world.device);
+        const double stall = interval_stall_s / double(std::max<int64_t>(1, step - interval_start_prev));
+        interval_stall_s = 0;
+        const data::LoaderStats ls = loader.stats();
+        const double loader_rate =
+            ls.build_seconds > 0 ? double(ls.examples) / ls.build_seconds *
+                                       double(std::max<int64_t>(1, o.workers)) * world_size
+                                 : 0.0;
         monitor.logged(step, mean_loss, lr, rate, "images_per_s", rate, memory_mib);
         if (lead) {
           examples::print_progress({.epoch = epoch + 1, .epochs = o.epochs, .step = step,
                                     .total_steps = stop_step, .loss = mean_loss, .lr = lr,
-                                    .rate = rate, .eta_s = eta});
+                                    .rate = rate, .eta_s = eta, .data_stall_s = stall,
+                                    .loader_rate = loader_rate});
           metrics.write(JsonObject()
                             .add("step", step)
                             .add("epoch", double(step) / double(steps_per_epoch))
                             .add("loss", mean_loss)
                             .add("lr", lr)
                             .add("images_per_s", rate)
+                            .add("data_stall_s", stall)
+                            .add("loader_images_per_s", loader_rate)
                             .add("loss_scale", scaler.get_scale())
                             .add("memory_mib", memory_mib));
         }
       }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch);
       if (step >= stop_step) break;
+      wait_clock.reset();
     }
     train_s += train_clock.seconds();
     if (step % steps_per_epoch == 0) {  // a whole epoch: report test accuracy

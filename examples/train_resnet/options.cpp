@@ -4,6 +4,14 @@
 
 namespace train_resnet {
 
+bool is_image_data(const std::string& data) {
+  return data.rfind("imagefolder:", 0) == 0 || data.rfind("packed:", 0) == 0;
+}
+
+std::string image_data_path(const std::string& data) {
+  return data.substr(data.find(':') + 1);
+}
+
 Options parse_options(int argc, char** argv) {
   Options o;
   examples::Cli cli("train_resnet",
@@ -12,9 +20,25 @@ Options parse_options(int argc, char** argv) {
   cli.add_string("--model", &o.model, "architecture",
                  {"resnet20", "resnet32", "resnet56", "resnet18", "resnet34", "resnet50",
                   "resnet101"});
-  cli.add_string("--data", &o.data, "dataset", {"fashion-mnist", "cifar10", "synthetic"});
+  cli.add_value("--data", "fashion-mnist|cifar10|synthetic|imagefolder:PATH|packed:PATH",
+                "dataset; imagefolder: and packed: read photographs (PATH/train and PATH/val, "
+                "or a flat class folder with every --holdout-every-th image held out)",
+                o.data, [&o](const std::string& v) -> std::string {
+                  const bool known = v == "fashion-mnist" || v == "cifar10" || v == "synthetic";
+                  if (!known && !(is_image_data(v) && image_data_path(v).size() > 0))
+                    return "'" + v +
+                           "' is not one of fashion-mnist, cifar10, synthetic, imagefolder:PATH, "
+                           "packed:PATH";
+                  o.data = v;
+                  return "";
+                });
   cli.add_string("--data-dir", &o.data_dir,
                  "dataset folder (default /usr/share/datasets/fashion-mnist, or ./data/cifar10)");
+  cli.add_int("--holdout-every", &o.holdout_every,
+              "imagefolder: without PATH/val, every N-th image of each class is the test set", 2);
+  cli.add_flag("--no-dct-scaling", &o.no_dct_scaling,
+               "imagefolder/packed: decode JPEGs at full size (PIL's exact pixels), never at "
+               "1/2, 1/4 or 1/8");
   cli.add_int("--epochs", &o.epochs, "passes over the training set; sets the lr schedule", 1);
   cli.add_int("--max-steps", &o.max_steps,
               "stop after this many optimizer steps in total (0: no limit; the schedule keeps "
@@ -57,7 +81,8 @@ Options parse_options(int argc, char** argv) {
   cli.add_int("--workers", &o.workers, "data loader threads per rank", 0);
   cli.add_int("--eval-limit", &o.eval_limit, "evaluate on the first N test images (0: all)", 0);
   cli.add_int("--synthetic-size", &o.synthetic_size, "training images of --data synthetic", 1);
-  cli.add_int("--image-size", &o.image_size, "synthetic image size (0: 32 or 224 by model)", 0);
+  cli.add_int("--image-size", &o.image_size,
+              "synthetic or photograph side (0: 32 or 224 by model; photographs 224)", 0);
   cli.parse(argc, argv);
   if (channels_last_flag) {
     if (cli.given("--memory-format") && o.memory_format != "channels-last")
@@ -69,8 +94,12 @@ Options parse_options(int argc, char** argv) {
   if (o.resume && o.checkpoint_dir.empty()) cli.fail("--resume: needs --checkpoint-dir");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     cli.fail("--checkpoint-every: needs --checkpoint-dir");
-  if (o.data != "synthetic" && cli.given("--image-size"))
-    cli.fail("--image-size: only for --data synthetic");
+  if (o.data != "synthetic" && !is_image_data(o.data) && cli.given("--image-size"))
+    cli.fail("--image-size: only for --data synthetic, imagefolder:PATH or packed:PATH");
+  if (!is_image_data(o.data) && cli.given("--holdout-every"))
+    cli.fail("--holdout-every: only for --data imagefolder:PATH");
+  if (!is_image_data(o.data) && o.no_dct_scaling)
+    cli.fail("--no-dct-scaling: only for --data imagefolder:PATH or packed:PATH");
   if (o.comm_hook != "powersgd" && (cli.given("--powersgd-rank") || cli.given("--powersgd-start-iter")))
     cli.fail("--powersgd-rank, --powersgd-start-iter: need --comm-hook powersgd");
   return o;

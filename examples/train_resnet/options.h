@@ -10,6 +10,8 @@ struct Options {
   std::string model = "resnet20";
   std::string data = "fashion-mnist";
   std::string data_dir;            // empty: the default folder of --data
+  int64_t holdout_every = 10;      // imagefolder: without PATH/val, the test part
+  bool no_dct_scaling = false;     // imagefolder/packed: decode every JPEG at full size
   int64_t epochs = 2;
   int64_t max_steps = 0;           // 0: run every epoch
   int64_t batch_size = 128;        // global, over all ranks
@@ -44,6 +46,10 @@ struct Options {
 };
 
 // Parses argv; exits 2 on a bad flag (naming it) and 0 after --help.
+// --data imagefolder:PATH or packed:PATH, and its PATH.
+bool is_image_data(const std::string& data);
+std::string image_data_path(const std::string& data);
+
 Options parse_options(int argc, char** argv);
 
 }  // namespace train_resnet

@@ -4,6 +4,7 @@
 #include "ddp/data/data_loader.h"
 
 #include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <mutex>
@@ -279,7 +280,12 @@ std::optional<Batch> DataLoader::next() {
   return batch;
 }
 
+LoaderStats DataLoader::stats() const {
+  return {built_batches_.load(), built_examples_.load(), double(build_ns_.load()) * 1e-9};
+}
+
 Batch DataLoader::build(const Pass& pass, int64_t k, const std::atomic<bool>* stop) const {
+  const auto started = std::chrono::steady_clock::now();
   const std::vector<int64_t>& indices = pass.indices;
   const int64_t first = k * opts_.batch_size;
   const int64_t count = std::min<int64_t>(opts_.batch_size, int64_t(indices.size()) - first);
@@ -314,12 +320,12 @@ Batch DataLoader::build(const Pass& pass, int64_t k, const std::atomic<bool>* st
     const int64_t index = b.indices[size_t(k)];
     void* dst = in + size_t(k) * row;
     void* tdst = tg ? tg + size_t(k) * trow : nullptr;
+    SampleRng rng(opts_.seed, pass.epoch, index);
     if (transforms_.empty()) {
-      dataset_->read(index, dst, tdst);
+      dataset_->read(index, dst, tdst, rng);
       continue;
     }
-    dataset_->read(index, scratch[0].data(), tdst);
-    SampleRng rng(opts_.seed, pass.epoch, index);
+    dataset_->read(index, scratch[0].data(), tdst, rng);
     const float* src = scratch[0].data();
     for (size_t t = 0; t < transforms_.size(); ++t) {
       float* out =
@@ -328,6 +334,12 @@ Batch DataLoader::build(const Pass& pass, int64_t k, const std::atomic<bool>* st
       src = out;
     }
   }
+  built_batches_.fetch_add(1, std::memory_order_relaxed);
+  built_examples_.fetch_add(count, std::memory_order_relaxed);
+  build_ns_.fetch_add(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - started)
+                          .count(),
+                      std::memory_order_relaxed);
   return b;
 }
 

@@ -12,11 +12,20 @@ std::string ExampleSpec::describe() const {
 }
 
 void Dataset::read(int64_t index, void* input, void* target) const {
+  check_index(index);
+  do_read(index, input, target);
+}
+
+void Dataset::read(int64_t index, void* input, void* target, SampleRng& rng) const {
+  check_index(index);
+  do_read_random(index, input, target, rng);
+}
+
+void Dataset::check_index(int64_t index) const {
   const int64_t n = size();
   if (index < 0 || index >= n)
     DDP_THROW(IndexError, "{}: index {} is out of range for a dataset of {} examples", describe(),
               index, n);
-  do_read(index, input, target);
 }
 
 Example Dataset::get(int64_t index) const {

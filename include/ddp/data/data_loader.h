@@ -75,6 +75,16 @@ struct LoaderOptions {
   bool pin_memory = false;
 };
 
+// What the loader has built so far (all passes): the examples and batches,
+// and the seconds the workers (or the consumer, without workers) spent
+// building them, summed over the threads. images / build_seconds is what one
+// thread delivers per second; times max(1, num_workers), the loader's
+// capacity, to set beside the rate a trainer consumes.
+struct LoaderStats {
+  int64_t batches = 0, examples = 0;
+  double build_seconds = 0;
+};
+
 struct Batch {
   Tensor input;   // [B, ...input_shape]
   Tensor target;  // [B, ...target_shape] (i64 [B] for class labels); undefined without targets
@@ -106,6 +116,7 @@ class DataLoader {
   const Dataset& dataset() const { return *dataset_; }
   Sampler& sampler() { return *sampler_; }
   const LoaderOptions& options() const { return opts_; }
+  LoaderStats stats() const;
 
   // Starts a pass over the current epoch, ending any pass still running.
   void start();
@@ -155,6 +166,8 @@ class DataLoader {
   std::unique_ptr<Pass> pass_;
   std::unique_ptr<DeviceCopier> copier_;
   std::shared_ptr<BufferPool> pool_;  // See Note [Batch buffer reuse]
+  // LoaderStats, written by the threads that build batches.
+  mutable std::atomic<int64_t> built_batches_{0}, built_examples_{0}, build_ns_{0};
 };
 
 }  // namespace ddp::data

@@ -28,6 +28,8 @@
 
 namespace ddp::data {
 
+class SampleRng;  // transforms.h
+
 enum class Split { train, test };
 
 // Shapes and dtypes of one example; a batch prepends the batch dimension.
@@ -69,6 +71,10 @@ class Dataset {
   // spec's dtypes, contiguous. IndexError for an index outside [0, size()).
   // Thread-safe. See Note [Reading into the batch].
   void read(int64_t index, void* input, void* target) const;
+  // The same for a loader: datasets whose examples are random (the image
+  // datasets crop while decoding) draw from `rng`, the example's stream
+  // (Note [Per-example random streams]); the others ignore it.
+  void read(int64_t index, void* input, void* target, SampleRng& rng) const;
   // One example as freshly allocated CPU tensors.
   Example get(int64_t index) const;
 
@@ -78,8 +84,13 @@ class Dataset {
   void set_spec(ExampleSpec spec) { spec_ = std::move(spec); }
   // read() has checked the index.
   virtual void do_read(int64_t index, void* input, void* target) const = 0;
+  // Random datasets override this; do_read() then uses a fixed stream.
+  virtual void do_read_random(int64_t index, void* input, void* target, SampleRng& rng) const {
+    do_read(index, input, target);
+  }
 
  private:
+  void check_index(int64_t index) const;
   ExampleSpec spec_;
 };
 

@@ -39,6 +39,9 @@ class RecordFile {
   // Record i; IndexError outside [0, size()).
   std::span<const std::byte> record(int64_t index) const;
   std::span<const std::byte> header() const;
+  // The whole file as mapped (header and records), for formats with their
+  // own layout inside (Note [Packed image format]).
+  std::span<const std::byte> bytes() const { return {base_, mapped_bytes_}; }
   // Byte offset of record i in the file (for error messages).
   int64_t offset_of(int64_t index) const { return header_bytes_ + index * record_bytes_; }
 
