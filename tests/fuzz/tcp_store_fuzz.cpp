@@ -2,6 +2,7 @@
 // framing]). One server per process on 127.0.0.1; each input is sent as
 // the bytes of one client connection, which is then half-closed; the server
 // must answer or drop it, never crash, and keep serving the next client.
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -29,6 +30,23 @@ ddp::dist::TCPStoreServer& server() {
   return *s;
 }
 
+// A blocking connect to the server. libFuzzer's timer signal (SIGALRM, for
+// -timeout) can interrupt it: then the connection goes on completing by
+// itself (POSIX), so wait until the socket is writable and read its result
+// instead of treating EINTR as a refusal.
+bool connect_to(int fd, const sockaddr_in& to) {
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof to) == 0) return true;
+  if (errno != EINTR) return false;
+  pollfd p{fd, POLLOUT, 0};
+  int ready;
+  do {
+    ready = ::poll(&p, 1, 5000);
+  } while (ready < 0 && errno == EINTR);
+  int error = 0;
+  socklen_t len = sizeof error;
+  return ready == 1 && ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -37,7 +55,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   to.sin_family = AF_INET;
   to.sin_port = htons(server().port());
   to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+  if (fd < 0 || !connect_to(fd, to)) {
     // The server stopped accepting: a finding, not a harness matter.
     std::perror("fuzz_tcp_store: cannot connect to the server");
     std::abort();
