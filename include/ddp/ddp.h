@@ -26,6 +26,7 @@
 #include "ddp/optim/clip_grad.h"
 #include "ddp/optim/lr_scheduler.h"
 #include "ddp/optim/sgd.h"
+#include "ddp/parallel/checkpoint_sections.h"
 #include "ddp/parallel/comm_hooks.h"
 #include "ddp/parallel/distributed.h"
 #include "ddp/parallel/powersgd.h"

@@ -13,6 +13,7 @@
 #include <exception>
 #include <filesystem>
 #include <regex>
+#include <sstream>
 #include <unordered_set>
 
 #include "ddp/core/error.h"
@@ -135,12 +136,16 @@ Digest digest_file(const std::string& path) {
 
 CheckpointInfo info_of(const Manifest& m) {
   CheckpointInfo info;
-  info.format_version = kCheckpointFormatVersion;
+  info.format_version = m.format_version;
   info.generation = m.generation;
   info.epoch = m.epoch;
   info.step = m.step;
   info.metadata = m.metadata;
-  for (const SectionEntry& e : m.sections) info.sections.push_back(e.name);
+  info.world_size = m.world_size;
+  for (const SectionEntry& e : m.sections) {
+    info.sections.push_back(e.name);
+    if (e.per_rank()) info.per_rank_sections.push_back(e.name);
+  }
   for (const GeneratorEntry& g : m.generators) info.generators.push_back(g.name);
   return info;
 }
@@ -153,7 +158,7 @@ std::string names(const std::vector<std::string>& v) {
 // `keep` are the files of the manifest just committed. Failures are logged.
 void remove_stale_files(const std::string& dir, const std::unordered_set<std::string>& keep) {
   static const std::regex stale(
-      R"(([A-Za-z0-9_-]{1,64}\.g[0-9]+\.safetensors|checkpoint\.json)(\.tmp\.[0-9]+)?)");
+      R"(([A-Za-z0-9_-]{1,64}(\.r[0-9]+)?\.g[0-9]+\.safetensors|checkpoint\.json)(\.tmp\.[0-9]+)?)");
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     std::string name = entry.path().filename().string();
@@ -172,6 +177,314 @@ TensorDict cpu_copy(const TensorDict& d) {
   for (const auto& [k, t] : d)
     out.insert(k, !t.defined() ? t : t.device().is_cpu() ? t.detach().clone() : t.detach().cpu());
   return out;
+}
+
+void remove_files(const std::vector<std::string>& written) {
+  for (const std::string& path : written)
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT)
+      DDP_LOG_WARNING("save_checkpoint: cannot remove '{}' of the failed save: {}", path,
+                      std::strerror(errno));
+}
+
+// Writes one section file, fsyncs it and describes it from the bytes on
+// disk (Note [Atomic checkpoints], step 2). `written` gets the path first,
+// so that a failure removes what was written.
+detail::FileEntry write_section_file(const std::string& dir, const std::string& section,
+                                     const std::string& file, const TensorDict& dict,
+                                     std::vector<std::string>& written) {
+  const std::string path = (fs::path(dir) / file).string();
+  written.push_back(path);
+  try {
+    save_safetensors(path, dict, {{"format", "pt"}, {"ddp.checkpoint.section", section}});
+  } catch (...) {
+    rethrow_with_context(std::current_exception(),
+                         fmt::format("save_checkpoint: writing section '{}' to '{}'", section, path));
+  }
+  fsync_path(path, false);
+  Digest d = digest_file(path);
+  return {file, d.bytes, d.crc, dict.size()};
+}
+
+// The generation the next save writes: one more than the current manifest's.
+uint64_t next_generation(const std::string& manifest_path) {
+  std::error_code ec;
+  if (!fs::exists(manifest_path, ec)) return 1;
+  try {
+    return detail::read_manifest(manifest_path).generation + 1;
+  } catch (const Error& e) {
+    DDP_LOG_WARNING("save_checkpoint: replacing an unreadable checkpoint: {}", e.what());
+    return 1;
+  }
+}
+
+void create_directory(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec)
+    DDP_THROW(IoError, "save_checkpoint: cannot create the directory '{}': {}", dir, ec.message());
+}
+
+// After the commit: the new names durable, then the files of other
+// generations removed (Note [Atomic checkpoints], step 5).
+void finish_commit(const std::string& dir, const Manifest& m) {
+  fsync_path(dir, true);
+  std::unordered_set<std::string> keep;
+  for (const SectionEntry& e : m.sections) {
+    if (!e.per_rank()) keep.insert(e.file);
+    for (const detail::FileEntry& f : e.ranks) keep.insert(f.file);
+  }
+  remove_stale_files(dir, keep);
+}
+
+// Every section's state this rank saves (all of them on rank 0, the
+// per-rank ones elsewhere), before any file is touched; empty dicts for
+// the sections it does not save.
+std::vector<TensorDict> take_states(const std::string& dir, const Checkpoint& checkpoint, int rank) {
+  std::vector<TensorDict> dicts;
+  for (const Checkpoint::Section& s : checkpoint.sections()) {
+    dicts.emplace_back();
+    if (rank != 0 && !s.per_rank()) continue;
+    try {
+      dicts.back() = s.save();
+    } catch (...) {
+      rethrow_with_context(std::current_exception(),
+                           fmt::format("save_checkpoint '{}': section '{}' failed to give its "
+                                       "state; nothing was written",
+                                       dir, s.name));
+    }
+  }
+  return dicts;
+}
+
+// The manifest's fields that only rank 0 knows.
+Manifest manifest_head(const Checkpoint& checkpoint, const SaveOptions& options) {
+  Manifest m;
+  m.epoch = options.epoch;
+  m.step = options.step;
+  m.metadata = options.metadata;
+  for (const auto& [name, gen] : checkpoint.generators())
+    m.generators.push_back({name, gen->seed(), gen->offset()});
+  return m;
+}
+
+// Rank 0's save of a checkpoint without per-rank sections.
+void save_alone(const std::string& dir, const Checkpoint& checkpoint, const SaveOptions& options) {
+  std::vector<TensorDict> dicts = take_states(dir, checkpoint, 0);
+  Manifest m = manifest_head(checkpoint, options);
+  create_directory(dir);
+  const std::string manifest_path = (fs::path(dir) / kCheckpointManifest).string();
+  m.generation = next_generation(manifest_path);
+  std::vector<std::string> written;
+  try {
+    for (size_t i = 0; i < dicts.size(); ++i) {
+      SectionEntry e;
+      e.name = checkpoint.sections()[i].name;
+      static_cast<detail::FileEntry&>(e) = write_section_file(
+          dir, e.name, detail::section_file_name(e.name, m.generation), dicts[i], written);
+      m.sections.push_back(std::move(e));
+    }
+    fsync_path(dir, true);
+    write_and_rename(manifest_path, detail::render_manifest(m));
+  } catch (...) {
+    remove_files(written);
+    throw;
+  }
+  finish_commit(dir, m);
+}
+
+// A section file's tensors, after checking its size, CRC32 and tensor count
+// against the manifest; IoError naming the file otherwise.
+TensorDict read_section_file(const std::string& dir, const std::string& section,
+                             const detail::FileEntry& e) {
+  const std::string path = (fs::path(dir) / e.file).string();
+  Digest d = digest_file(path);
+  DDP_CHECK_T(IoError, d.bytes == e.bytes,
+              "load_checkpoint: '{}' (section '{}') is {} bytes, the manifest records {}{}", path,
+              section, d.bytes, e.bytes, d.bytes < e.bytes ? " (truncated)" : "");
+  DDP_CHECK_T(IoError, d.crc == e.crc,
+              "load_checkpoint: '{}' (section '{}') is corrupt: its CRC32 is {}, the manifest "
+              "records {}",
+              path, section, hex32(d.crc), hex32(e.crc));
+  TensorDict tensors = load_safetensors(path);
+  DDP_CHECK_T(IoError, tensors.size() == e.tensors,
+              "load_checkpoint: '{}' (section '{}') holds {} tensors, the manifest records {}",
+              path, section, tensors.size(), e.tensors);
+  return tensors;
+}
+
+// ---- the collective save (Note [Per-rank checkpoint sections]) ------------------------
+// Each round's message is "+" and a payload, or "-" and the rank's error.
+
+std::string ok_message(const std::string& payload = "") { return "+" + payload; }
+
+std::string error_message(std::exception_ptr ep) {
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    return std::string("-") + e.what();
+  } catch (...) {
+    return "-an unknown exception";
+  }
+}
+
+// Every rank throws when any rank failed the round: the failed rank its
+// own exception, the others an Error naming the first rank that failed.
+void agree(const std::vector<std::string>& replies, std::exception_ptr mine, const std::string& dir,
+           const char* round, int world_size) {
+  if (mine) std::rethrow_exception(mine);
+  DDP_CHECK_T(Error, replies.size() == size_t(world_size),
+              "save_checkpoint '{}': the exchange gave {} replies for {} ranks", dir,
+              replies.size(), world_size);
+  for (size_t r = 0; r < replies.size(); ++r)
+    if (replies[r].empty() || replies[r][0] != '+')
+      DDP_THROW(Error, "save_checkpoint '{}': rank {} failed {}: {}", dir, r, round,
+                replies[r].empty() ? std::string("(no reason given)") : replies[r].substr(1));
+}
+
+std::string per_rank_names(const Checkpoint& checkpoint) {
+  std::string out;
+  for (const Checkpoint::Section& s : checkpoint.sections())
+    if (s.per_rank()) out += (out.empty() ? "" : " ") + s.name;
+  return out;
+}
+
+// "<name> <bytes> <crc32> <tensors>" per line: what a rank reports it wrote.
+std::string describe_files(const std::vector<std::pair<std::string, detail::FileEntry>>& files) {
+  std::string out;
+  for (const auto& [name, f] : files)
+    out += fmt::format("{} {} {} {}\n", name, f.bytes, f.crc, f.tensors);
+  return out;
+}
+
+void save_collectively(const std::string& dir, const Checkpoint& checkpoint,
+                       const SaveOptions& options) {
+  const int rank = options.rank, world = options.world_size;
+  const Exchange exchange =
+      options.exchange ? options.exchange : [](const std::string& s) { return std::vector{s}; };
+  const std::string manifest_path = (fs::path(dir) / kCheckpointManifest).string();
+
+  // Round 1: every rank has its state; rank 0 says the generation, and
+  // every rank which per-rank sections it has (they must agree).
+  std::vector<TensorDict> dicts;
+  std::exception_ptr mine;
+  uint64_t generation = 0;
+  try {
+    dicts = take_states(dir, checkpoint, rank);
+    if (rank == 0) {
+      create_directory(dir);
+      generation = next_generation(manifest_path);
+    }
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  std::vector<std::string> replies =
+      exchange(mine ? error_message(mine)
+                    : ok_message(std::to_string(generation) + " " + per_rank_names(checkpoint)));
+  agree(replies, mine, dir, "to take its state; nothing was written", world);
+  const std::string names_here = per_rank_names(checkpoint);
+  for (size_t r = 0; r < replies.size(); ++r) {
+    const std::string& reply = replies[r];
+    const size_t space = reply.find(' ');
+    const std::string names = space == std::string::npos ? "" : reply.substr(space + 1);
+    DDP_CHECK(names == names_here,
+              "save_checkpoint '{}': rank {} has the per-rank sections [{}], rank {} has [{}]; "
+              "every rank must add the same ones; nothing was written",
+              dir, r, names, rank, names_here);
+    if (r == 0) generation = std::stoull(reply.substr(1, space - 1));
+  }
+
+  // Round 2: every rank writes its files (rank 0 the shared ones too).
+  Manifest m = manifest_head(checkpoint, options);
+  m.format_version = 2;
+  m.world_size = world;
+  m.generation = generation;
+  std::vector<std::string> written;
+  std::vector<std::pair<std::string, detail::FileEntry>> mine_files;
+  try {
+    if (rank != 0) create_directory(dir);
+    for (size_t i = 0; i < dicts.size(); ++i) {
+      const Checkpoint::Section& s = checkpoint.sections()[i];
+      if (s.per_rank()) {
+        mine_files.emplace_back(
+            s.name, write_section_file(dir, s.name, detail::per_rank_file_name(s.name, rank, generation),
+                                       dicts[i], written));
+      } else if (rank == 0) {
+        SectionEntry e;
+        e.name = s.name;
+        static_cast<detail::FileEntry&>(e) = write_section_file(
+            dir, s.name, detail::section_file_name(s.name, generation), dicts[i], written);
+        m.sections.push_back(std::move(e));
+      }
+    }
+  } catch (...) {
+    mine = std::current_exception();
+  }
+  try {
+    replies = exchange(mine ? error_message(mine) : ok_message(describe_files(mine_files)));
+    agree(replies, mine, dir, "to write its files; nothing was committed", world);
+  } catch (...) {
+    remove_files(written);
+    throw;
+  }
+
+  // Rank 0 checks every rank's files as it reads them, and commits.
+  bool committed = false;
+  if (rank == 0) {
+    try {
+      std::vector<SectionEntry> per_rank;
+      for (const Checkpoint::Section& s : checkpoint.sections())
+        if (s.per_rank()) {
+          per_rank.emplace_back();
+          per_rank.back().name = s.name;
+        }
+      for (int r = 0; r < world; ++r) {
+        std::istringstream lines(replies[size_t(r)].substr(1));
+        for (SectionEntry& e : per_rank) {
+          std::string name;
+          detail::FileEntry f;
+          lines >> name >> f.bytes >> f.crc >> f.tensors;
+          DDP_CHECK_T(Error, lines && name == e.name,
+                      "save_checkpoint '{}': rank {} reported its files as '{}'", dir, r,
+                      replies[size_t(r)].substr(1));
+          f.file = detail::per_rank_file_name(e.name, r, generation);
+          const std::string path = (fs::path(dir) / f.file).string();
+          Digest d;
+          try {
+            d = digest_file(path);
+          } catch (const Error& err) {
+            DDP_THROW(IoError,
+                      "save_checkpoint '{}': rank 0 cannot read '{}', which rank {} wrote ({}); "
+                      "per-rank sections need a directory that every rank shares",
+                      dir, path, r, err.what());
+          }
+          DDP_CHECK_T(IoError, d.bytes == f.bytes && d.crc == f.crc,
+                      "save_checkpoint '{}': '{}' is {} bytes with CRC32 {} to rank 0, but rank "
+                      "{} wrote {} bytes with CRC32 {}; per-rank sections need a directory that "
+                      "every rank shares",
+                      dir, path, d.bytes, hex32(d.crc), r, f.bytes, hex32(f.crc));
+          e.ranks.push_back(f);
+        }
+      }
+      // Per-rank sections keep their place among the shared ones.
+      std::vector<SectionEntry> ordered;
+      size_t shared = 0, own = 0;
+      for (const Checkpoint::Section& s : checkpoint.sections())
+        ordered.push_back(std::move(s.per_rank() ? per_rank[own++] : m.sections[shared++]));
+      m.sections = std::move(ordered);
+      fsync_path(dir, true);
+      write_and_rename(manifest_path, detail::render_manifest(m));
+      committed = true;
+      finish_commit(dir, m);
+    } catch (...) {
+      mine = std::current_exception();
+    }
+  }
+  // Round 3: whether rank 0 committed. A rank that cannot learn it keeps
+  // its files: they are either in the checkpoint or removed by the next save.
+  replies = exchange(mine ? error_message(mine) : ok_message());
+  if (rank == 0 ? !committed : !replies.empty() && !replies[0].empty() && replies[0][0] != '+')
+    remove_files(written);
+  agree(replies, mine, dir, "to commit the checkpoint", world);
 }
 
 }  // namespace
@@ -206,6 +519,20 @@ Checkpoint& Checkpoint::add(const std::string& name, SaveFn save, LoadFn load) {
   return *this;
 }
 
+Checkpoint& Checkpoint::add_per_rank(const std::string& name, SaveFn save, LoadPerRankFn load,
+                                     LoadFn restore) {
+  check_name(name, "section", false);
+  DDP_CHECK(save && load && restore,
+            "Checkpoint: per-rank section '{}' needs a save, a load and a restore function", name);
+  sections_.push_back({name, std::move(save), std::move(restore), std::move(load)});
+  return *this;
+}
+
+bool Checkpoint::has_per_rank_sections() const {
+  return std::any_of(sections_.begin(), sections_.end(),
+                     [](const Section& s) { return s.per_rank(); });
+}
+
 Checkpoint& Checkpoint::add_generator(const std::string& name, Generator& generator) {
   check_name(name, "generator", true);
   generators_.emplace_back(name, &generator);
@@ -217,82 +544,22 @@ Checkpoint& Checkpoint::add_generator(const std::string& name, Generator& genera
 void save_checkpoint(const std::string& dir, const Checkpoint& checkpoint,
                      const SaveOptions& options) {
   DDP_CHECK(options.rank >= 0, "save_checkpoint: rank must be >= 0, got {}", options.rank);
-  if (options.rank != 0) return;  // See Note [Checkpoints under DDP].
+  const bool per_rank = checkpoint.has_per_rank_sections();
+  if (options.rank != 0 && !per_rank) return;  // See Note [Checkpoints under DDP].
   DDP_CHECK(options.epoch >= 0 && options.step >= 0,
             "save_checkpoint: epoch and step must be >= 0, got epoch {} and step {}", options.epoch,
             options.step);
   DDP_CHECK(!dir.empty(), "save_checkpoint: the directory name is empty");
-
-  // 1. Every section's state, before any file is touched.
-  std::vector<TensorDict> dicts;
-  for (const Checkpoint::Section& s : checkpoint.sections()) {
-    try {
-      dicts.push_back(s.save());
-    } catch (...) {
-      rethrow_with_context(std::current_exception(),
-                           fmt::format("save_checkpoint '{}': section '{}' failed to give its "
-                                       "state; nothing was written",
-                                       dir, s.name));
-    }
-  }
-  Manifest m;
-  m.epoch = options.epoch;
-  m.step = options.step;
-  m.metadata = options.metadata;
-  for (const auto& [name, gen] : checkpoint.generators())
-    m.generators.push_back({name, gen->seed(), gen->offset()});
-
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec)
-    DDP_THROW(IoError, "save_checkpoint: cannot create the directory '{}': {}", dir, ec.message());
-  const std::string manifest_path = (fs::path(dir) / kCheckpointManifest).string();
-  m.generation = 1;
-  if (fs::exists(manifest_path, ec)) {
-    try {
-      m.generation = detail::read_manifest(manifest_path).generation + 1;
-    } catch (const Error& e) {
-      DDP_LOG_WARNING("save_checkpoint: replacing an unreadable checkpoint: {}", e.what());
-    }
-  }
-
-  // 2-4. See Note [Atomic checkpoints].
-  std::vector<std::string> written;
-  try {
-    for (size_t i = 0; i < dicts.size(); ++i) {
-      SectionEntry e;
-      e.name = checkpoint.sections()[i].name;
-      e.file = detail::section_file_name(e.name, m.generation);
-      std::string path = (fs::path(dir) / e.file).string();
-      written.push_back(path);
-      try {
-        save_safetensors(path, dicts[i], {{"format", "pt"}, {"ddp.checkpoint.section", e.name}});
-      } catch (...) {
-        rethrow_with_context(
-            std::current_exception(),
-            fmt::format("save_checkpoint: writing section '{}' to '{}'", e.name, path));
-      }
-      fsync_path(path, false);
-      Digest d = digest_file(path);
-      e.bytes = d.bytes;
-      e.crc = d.crc;
-      e.tensors = dicts[i].size();
-      m.sections.push_back(std::move(e));
-    }
-    fsync_path(dir, true);
-    write_and_rename(manifest_path, detail::render_manifest(m));
-  } catch (...) {
-    for (const std::string& path : written)
-      if (::unlink(path.c_str()) != 0 && errno != ENOENT)
-        DDP_LOG_WARNING("save_checkpoint: cannot remove '{}' of the failed save: {}", path,
-                        std::strerror(errno));
-    throw;
-  }
-  // Committed: the new manifest is in place.
-  fsync_path(dir, true);
-  std::unordered_set<std::string> keep;
-  for (const SectionEntry& e : m.sections) keep.insert(e.file);
-  remove_stale_files(dir, keep);
+  if (!per_rank) return save_alone(dir, checkpoint, options);
+  DDP_CHECK(options.world_size >= 1 && options.rank < options.world_size,
+            "save_checkpoint: rank {} is not in a world of size {}", options.rank,
+            options.world_size);
+  DDP_CHECK(options.world_size == 1 || options.exchange,
+            "save_checkpoint '{}': the checkpoint has per-rank sections ({}) and world_size is {}, "
+            "so every rank saves and the ranks need an exchange (SaveOptions::exchange; "
+            "parallel::checkpoint_save_options(group) sets it)",
+            dir, per_rank_names(checkpoint), options.world_size);
+  save_collectively(dir, checkpoint, options);
 }
 
 // ---- load -------------------------------------------------------------------------------
@@ -303,6 +570,9 @@ CheckpointInfo read_checkpoint_info(const std::string& dir) {
 
 CheckpointInfo load_checkpoint(const std::string& dir, Checkpoint& checkpoint,
                                const LoadOptions& options) {
+  DDP_CHECK(options.world_size >= 1 && options.rank >= 0 && options.rank < options.world_size,
+            "load_checkpoint: rank {} is not in a world of size {}", options.rank,
+            options.world_size);
   const std::string manifest_path = (fs::path(dir) / kCheckpointManifest).string();
   std::error_code ec;
   if (!fs::exists(manifest_path, ec))
@@ -326,6 +596,12 @@ CheckpointInfo load_checkpoint(const std::string& dir, Checkpoint& checkpoint,
       if (e.name == s.name) found = &e;
     DDP_CHECK(found || !options.strict, "load_checkpoint: '{}' has no section '{}' (it has: {})",
               manifest_path, s.name, names(info.sections));
+    if (found)
+      DDP_CHECK(found->per_rank() == s.per_rank(),
+                "load_checkpoint: section '{}' of '{}' was saved {}, but the Checkpoint adds it "
+                "{} (Note [Per-rank checkpoint sections])",
+                s.name, manifest_path, found->per_rank() ? "per rank" : "once, by rank 0",
+                s.per_rank() ? "per rank (add_per_rank)" : "as a shared section (add)");
     if (found) matches.push_back({&s, found, {}});
   }
   for (const SectionEntry& e : m.sections)
@@ -349,23 +625,38 @@ CheckpointInfo load_checkpoint(const std::string& dir, Checkpoint& checkpoint,
               "load_checkpoint: '{}' has a generator '{}' that the Checkpoint lacks (it has: {})",
               manifest_path, g.name, names(my_gens));
 
-  // Every file: size, checksum, and a valid safetensors file.
+  // Every file: size, checksum, and a valid safetensors file; a per-rank
+  // section's files are checked for their size here and read (and checked
+  // whole) when the section asks for them.
   for (Match& mt : matches) {
     const SectionEntry& e = *mt.entry;
-    const std::string path = (fs::path(dir) / e.file).string();
-    Digest d = digest_file(path);
-    DDP_CHECK_T(IoError, d.bytes == e.bytes,
-                "load_checkpoint: '{}' (section '{}') is {} bytes, the manifest records {}{}", path,
-                e.name, d.bytes, e.bytes, d.bytes < e.bytes ? " (truncated)" : "");
-    DDP_CHECK_T(IoError, d.crc == e.crc,
-                "load_checkpoint: '{}' (section '{}') is corrupt: its CRC32 is {}, the manifest "
-                "records {}",
-                path, e.name, hex32(d.crc), hex32(e.crc));
-    mt.tensors = load_safetensors(path);
-    DDP_CHECK_T(IoError, mt.tensors.size() == e.tensors,
-                "load_checkpoint: '{}' (section '{}') holds {} tensors, the manifest records {}",
-                path, e.name, mt.tensors.size(), e.tensors);
+    if (!e.per_rank()) {
+      mt.tensors = read_section_file(dir, e.name, e);
+      continue;
+    }
+    for (const detail::FileEntry& f : e.ranks) {
+      const std::string path = (fs::path(dir) / f.file).string();
+      const uint64_t bytes = detail::ReadFile(path).size();
+      DDP_CHECK_T(IoError, bytes == f.bytes,
+                  "load_checkpoint: '{}' (section '{}') is {} bytes, the manifest records {}{}",
+                  path, e.name, bytes, f.bytes, bytes < f.bytes ? " (truncated)" : "");
+    }
   }
+  auto load_section = [&](const Match& mt) {
+    if (!mt.section->per_rank()) return mt.section->load(mt.tensors);
+    const SectionEntry& e = *mt.entry;
+    Checkpoint::RankFiles files;
+    files.saved_world_size = int(e.ranks.size());
+    files.rank = options.rank;
+    files.world_size = options.world_size;
+    files.read = [&dir, &e](int saved_rank) {
+      DDP_CHECK(saved_rank >= 0 && size_t(saved_rank) < e.ranks.size(),
+                "load_checkpoint: section '{}' was saved by {} ranks; there is no rank {}", e.name,
+                e.ranks.size(), saved_rank);
+      return read_section_file(dir, e.name, e.ranks[size_t(saved_rank)]);
+    };
+    mt.section->load_per_rank(files);
+  };
 
   // Note [Transactional load]
   // A section's load_state_dict may refuse its tensors (the wrong model)
@@ -379,7 +670,7 @@ CheckpointInfo load_checkpoint(const std::string& dir, Checkpoint& checkpoint,
   try {
     for (; i < matches.size(); ++i) {
       saved.push_back(cpu_copy(matches[i].section->save()));
-      matches[i].section->load(matches[i].tensors);
+      load_section(matches[i]);
     }
   } catch (...) {
     std::exception_ptr ep = std::current_exception();
@@ -392,9 +683,12 @@ CheckpointInfo load_checkpoint(const std::string& dir, Checkpoint& checkpoint,
       }
     }
     const SectionEntry& e = *matches[i].entry;
-    rethrow_with_context(ep, fmt::format("load_checkpoint: section '{}' of '{}' does not fit; "
+    const std::string where =
+        e.per_rank() ? fmt::format("'{}' (its per-rank files)", dir)
+                     : fmt::format("'{}'", (fs::path(dir) / e.file).string());
+    rethrow_with_context(ep, fmt::format("load_checkpoint: section '{}' of {} does not fit; "
                                          "nothing was loaded",
-                                         e.name, (fs::path(dir) / e.file).string()));
+                                         e.name, where));
   }
   for (const auto& [gen, entry] : gens) gen->set_state(entry->seed, entry->offset);
   return info;

@@ -40,11 +40,17 @@ std::string read_text(const std::string& path) {
   return text;
 }
 
+std::string render_file(const FileEntry& e) {
+  return fmt::format("{{\"file\": {}, \"bytes\": {}, \"crc32\": \"{}\", \"tensors\": {}}}",
+                     json::quote(e.file), e.bytes, hex32(e.crc), e.tensors);
+}
+
 std::string render(const Manifest& m, const std::string& crc) {
   using json::quote;
   std::string s = "{\n";
   s += fmt::format("  \"format\": {},\n  \"format_version\": {},\n", quote(kFormatName),
-                   kCheckpointFormatVersion);
+                   m.format_version);
+  if (m.format_version >= 2) s += fmt::format("  \"world_size\": {},\n", m.world_size);
   s += fmt::format("  \"generation\": {},\n  \"epoch\": {},\n  \"step\": {},\n", m.generation,
                    m.epoch, m.step);
   s += "  \"generators\": {";
@@ -60,9 +66,15 @@ std::string render(const Manifest& m, const std::string& crc) {
   s += "  \"sections\": {";
   for (size_t j = 0; j < m.sections.size(); ++j) {
     const SectionEntry& e = m.sections[j];
-    s += fmt::format(
-        "{}\n    {}: {{\"file\": {}, \"bytes\": {}, \"crc32\": \"{}\", \"tensors\": {}}}",
-        j ? "," : "", quote(e.name), quote(e.file), e.bytes, hex32(e.crc), e.tensors);
+    s += fmt::format("{}\n    {}: ", j ? "," : "", quote(e.name));
+    if (!e.per_rank()) {
+      s += render_file(e);
+      continue;
+    }
+    s += "{\"ranks\": [";
+    for (size_t r = 0; r < e.ranks.size(); ++r)
+      s += fmt::format("{}\n      {}", r ? "," : "", render_file(e.ranks[r]));
+    s += "\n    ]}";
   }
   s += m.sections.empty() ? "},\n" : "\n  },\n";
   s += fmt::format("  \"{}\": \"{}\"\n}}\n", kCrcKey, crc);
@@ -112,6 +124,10 @@ std::string section_file_name(const std::string& section, uint64_t generation) {
   return fmt::format("{}.g{}.safetensors", section, generation);
 }
 
+std::string per_rank_file_name(const std::string& section, int rank, uint64_t generation) {
+  return fmt::format("{}.r{}.g{}.safetensors", section, rank, generation);
+}
+
 bool valid_checkpoint_name(const std::string& name) {
   if (name.empty() || name.size() > kMaxNameLength) return false;
   for (char c : name)
@@ -140,9 +156,9 @@ Manifest read_manifest(const std::string& path) {
   if (!format || !format->is_string() || format->as_string() != kFormatName)
     r.fail(fmt::format("not a ddp checkpoint ('format' must be \"{}\")", kFormatName));
   uint64_t version = r.u64(root, "format_version");
-  if (version != uint64_t(kCheckpointFormatVersion))
-    r.fail(fmt::format("format_version {} is not supported (this build reads version {})", version,
-                       kCheckpointFormatVersion));
+  if (version < 1 || version > uint64_t(kCheckpointFormatVersion))
+    r.fail(fmt::format("format_version {} is not supported (this build reads versions 1 to {})",
+                       version, kCheckpointFormatVersion));
 
   // The manifest's own checksum: the text with the placeholder in its place.
   const std::string& stored = r.str(root, kCrcKey);
@@ -161,7 +177,11 @@ Manifest read_manifest(const std::string& path) {
                     hex32(got), stored));
 
   Manifest m;
+  m.format_version = int(version);
   constexpr uint64_t kMaxI64 = uint64_t(std::numeric_limits<int64_t>::max());
+  constexpr uint64_t kMaxWorld = 1u << 20;
+  if (m.format_version >= 2) m.world_size = int(r.u64(root, "world_size", "", kMaxWorld));
+  if (m.format_version >= 2 && m.world_size < 1) r.fail("'world_size' must be at least 1");
   m.generation = r.u64(root, "generation");
   m.epoch = int64_t(r.u64(root, "epoch", "", kMaxI64));
   m.step = int64_t(r.u64(root, "step", "", kMaxI64));
@@ -186,15 +206,36 @@ Manifest read_manifest(const std::string& path) {
     const json::Value& s = secs.values()[i];
     if (!s.is_object()) r.fail("section '" + e.name + "' must be an object");
     if (!valid_checkpoint_name(e.name)) r.fail(fmt::format("bad section name '{}'", e.name));
-    e.file = r.str(s, "file", where);
-    // Only the name save_checkpoint gives: no paths out of the directory.
-    if (e.file != section_file_name(e.name, m.generation))
-      r.fail(fmt::format("'file'{} is '{}', expected '{}'", where, e.file,
-                         section_file_name(e.name, m.generation)));
-    e.bytes = r.u64(s, "bytes", where);
-    if (!parse_hex32(r.str(s, "crc32", where), &e.crc))
-      r.fail(fmt::format("'crc32'{} is not 8 hex digits", where));
-    e.tensors = r.u64(s, "tensors", where);
+    // Only the names save_checkpoint gives: no paths out of the directory.
+    auto read_file = [&](const json::Value& v, const std::string& expected,
+                         const std::string& at) {
+      FileEntry f;
+      f.file = r.str(v, "file", at);
+      if (f.file != expected)
+        r.fail(fmt::format("'file'{} is '{}', expected '{}'", at, f.file, expected));
+      f.bytes = r.u64(v, "bytes", at);
+      if (!parse_hex32(r.str(v, "crc32", at), &f.crc))
+        r.fail(fmt::format("'crc32'{} is not 8 hex digits", at));
+      f.tensors = r.u64(v, "tensors", at);
+      return f;
+    };
+    if (s.find("ranks") == nullptr) {
+      static_cast<FileEntry&>(e) = read_file(s, section_file_name(e.name, m.generation), where);
+    } else {
+      if (m.format_version < 2)
+        r.fail(fmt::format("per-rank section '{}' in a format_version 1 manifest", e.name));
+      const json::Value& ranks = r.member(s, "ranks", json::Value::Kind::array, where);
+      const std::vector<json::Value>& items = ranks.as_array();
+      if (items.size() != size_t(m.world_size))
+        r.fail(fmt::format("section '{}' has {} per-rank files for a world_size of {}", e.name,
+                           items.size(), m.world_size));
+      for (size_t k = 0; k < items.size(); ++k) {
+        const json::Value& v = items[k];
+        std::string at = fmt::format(" of rank {} of section '{}'", k, e.name);
+        if (!v.is_object()) r.fail("the entry" + at + " must be an object");
+        e.ranks.push_back(read_file(v, per_rank_file_name(e.name, int(k), m.generation), at));
+      }
+    }
     m.sections.push_back(std::move(e));
   }
   return m;

@@ -19,15 +19,27 @@ bool valid_checkpoint_name(const std::string& name);
 
 // "<section>.g<generation>.safetensors"
 std::string section_file_name(const std::string& section, uint64_t generation);
+// "<section>.r<rank>.g<generation>.safetensors" (Note [Per-rank checkpoint
+// sections])
+std::string per_rank_file_name(const std::string& section, int rank, uint64_t generation);
 
 // Eight lower-case hex digits.
 std::string hex32(uint32_t v);
 
-struct SectionEntry {
-  std::string name, file;
+// One safetensors file of a section, as the manifest records it.
+struct FileEntry {
+  std::string file;
   uint64_t bytes = 0;
   uint32_t crc = 0;
   uint64_t tensors = 0;
+};
+
+// A shared section is one file (the FileEntry part); a per-rank section
+// has one file per saving rank in `ranks` and an empty FileEntry part.
+struct SectionEntry : FileEntry {
+  std::string name;
+  std::vector<FileEntry> ranks;
+  bool per_rank() const { return !ranks.empty(); }
 };
 
 struct GeneratorEntry {
@@ -36,6 +48,8 @@ struct GeneratorEntry {
 };
 
 struct Manifest {
+  int format_version = 1;  // 2 when it has per-rank sections
+  int world_size = 0;      // the saving job's, recorded with per-rank sections
   uint64_t generation = 0;
   int64_t epoch = 0, step = 0;
   Metadata metadata;

@@ -206,6 +206,13 @@ void BucketAutoTuner::on_forward(Reducer& reducer, dist::ProcessGroup& group) {
   if (int(samples_.size()) >= iterations_) tune(reducer, group);
 }
 
+void BucketAutoTuner::restore(BucketPlan plan, AlphaBeta link) {
+  plan_ = std::move(plan);
+  link_ = link;
+  samples_.clear();
+  done_ = true;
+}
+
 void BucketAutoTuner::tune(Reducer& reducer, dist::ProcessGroup& group) {
   done_ = true;
   for (const Tensor& p : params_)

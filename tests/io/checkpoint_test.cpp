@@ -339,11 +339,11 @@ TEST(CheckpointBad, WrongFormatVersion) {
   std::string text = read_bytes(s.file("checkpoint.json"));
   size_t at = text.find("\"format_version\": 1");
   ASSERT_NE(at, std::string::npos);
-  text.replace(at, 19, "\"format_version\": 2");
+  text.replace(at, 19, "\"format_version\": 3");
   write_bytes(s.file("checkpoint.json"), text);
   Trainer b(2);
   EXPECT_DDP_ERROR(io::load_checkpoint(s.path, b.ckpt), IoError,
-                   "format_version 2 is not supported (this build reads version 1)");
+                   "format_version 3 is not supported (this build reads versions 1 to 2)");
   EXPECT_THAT(last_error_message(), HasSubstr(s.file("checkpoint.json")));
 }
 

@@ -34,7 +34,34 @@
 // other ranks. The caller puts a barrier after the save (before any rank
 // reads the checkpoint or the job exits) and may call load_checkpoint on
 // every rank. Rank 0's generator states are the ones saved, and every rank
-// that loads gets them.
+// that loads gets them. State that differs between ranks goes in per-rank
+// sections (below), whose save is a collective instead.
+//
+// Note [Per-rank checkpoint sections]
+// Some training state is not the same on every rank: a ZeRO-1 optimizer
+// holds only its own shard, PowerSGD's error memory is the residual of the
+// rank's own gradient. A per-rank section (add_per_rank) is saved by every
+// rank into its own file, <section>.r<R>.g<N>.safetensors, and the one
+// manifest rank 0 commits names the files of all ranks (format_version 2,
+// with the saving job's world_size). Such a save is a collective: every
+// rank calls save_checkpoint with the same directory, its rank, the world
+// size and an `exchange` (ddp/parallel/checkpoint_sections.h makes one from
+// a process group), and the ranks agree three times through it:
+//  1. every rank took its state (else nobody writes anything);
+//  2. every rank wrote and fsync'd its files; rank 0 then reads each
+//     other rank's files back and checks their size and CRC32 against what
+//     that rank reported (so the directory must be one all ranks share,
+//     e.g. a network filesystem: a rank writing to a disk rank 0 cannot
+//     see is named), and commits the manifest as in Note [Atomic
+//     checkpoints];
+//  3. whether the commit happened: every rank returns, or every rank
+//     throws and removes the files it wrote.
+// A load gives each per-rank section a reader of every saving rank's file
+// (checked, like the shared files, for size and CRC32 when read), so the
+// section takes what it needs: ZeRO-1 reassembles its shards at any world
+// size, PowerSGD takes its own rank's memory and refuses another world
+// size. A checkpoint without per-rank sections is written as before, by
+// rank 0 alone, in format_version 1.
 
 #include <concepts>
 #include <cstdint>
@@ -91,6 +118,25 @@ class Checkpoint {
   // restores them and throws (any ddp::Error) when they do not fit.
   Checkpoint& add(const std::string& name, SaveFn save, LoadFn load);
 
+  // What a per-rank section's load sees (Note [Per-rank checkpoint
+  // sections]): the saving job's world size, this job's rank and world
+  // size (LoadOptions), and a reader of each saving rank's tensors (the
+  // file's size and CRC32 checked; IoError naming the file otherwise).
+  struct RankFiles {
+    int saved_world_size = 0;
+    int rank = 0;
+    int world_size = 1;
+    std::function<TensorDict(int saved_rank)> read;
+  };
+  using LoadPerRankFn = std::function<void(const RankFiles&)>;
+  // Adds a per-rank section: `save` gives this rank's tensors; `load` takes
+  // them from the files of the saving job and must check everything before
+  // it changes anything; `restore` puts back what `save` gave (undoing the
+  // load when a later section refuses, Note [Transactional load]).
+  // ddp/parallel/checkpoint_sections.h adds ZeRO-1 and PowerSGD this way.
+  Checkpoint& add_per_rank(const std::string& name, SaveFn save, LoadPerRankFn load,
+                           LoadFn restore);
+
   // Adds a random generator, saved as its (seed, offset); same naming rules
   // as sections, in a namespace of their own.
   Checkpoint& add_generator(const std::string& name, Generator& generator);
@@ -98,8 +144,11 @@ class Checkpoint {
   struct Section {
     std::string name;
     SaveFn save;
-    LoadFn load;
+    LoadFn load;  // for a per-rank section, its restore
+    LoadPerRankFn load_per_rank;  // set only for a per-rank section
+    bool per_rank() const { return bool(load_per_rank); }
   };
+  bool has_per_rank_sections() const;
   const std::vector<Section>& sections() const { return sections_; }
   const std::vector<std::pair<std::string, Generator*>>& generators() const { return generators_; }
 
@@ -111,11 +160,21 @@ class Checkpoint {
   std::vector<std::pair<std::string, Generator*>> generators_;
 };
 
+// Gathers one string from every rank, in rank order, on every rank: a
+// collective (ddp/parallel/checkpoint_sections.h builds one on a process
+// group). io knows no process group (Note [Checkpoints under DDP]).
+using Exchange = std::function<std::vector<std::string>(const std::string& mine)>;
+
 struct SaveOptions {
   int rank = 0;            // only rank 0 writes; see Note [Checkpoints under DDP]
   int64_t epoch = 0;       // >= 0
   int64_t step = 0;        // >= 0
   Metadata metadata = {};  // free-form strings, returned by load_checkpoint
+  // For per-rank sections only (Note [Per-rank checkpoint sections]): the
+  // number of ranks, and how they agree; `exchange` is needed when
+  // world_size > 1.
+  int world_size = 1;
+  Exchange exchange = {};
 };
 
 struct LoadOptions {
@@ -123,6 +182,9 @@ struct LoadOptions {
   // lacks, or one in the file that the Checkpoint lacks, is an error.
   // Otherwise missing ones are left as they are and extra ones ignored.
   bool strict = true;
+  // This rank and the job's world size, given to per-rank sections.
+  int rank = 0;
+  int world_size = 1;
 };
 
 struct CheckpointInfo {
@@ -131,18 +193,24 @@ struct CheckpointInfo {
   int64_t epoch = 0;
   int64_t step = 0;
   Metadata metadata;
-  std::vector<std::string> sections;    // in the file, in order
+  std::vector<std::string> sections;    // in the file, in order (per-rank ones too)
+  std::vector<std::string> per_rank_sections;  // those of them saved per rank
   std::vector<std::string> generators;  // in the file, in order
+  int world_size = 0;  // of the saving job; 0 when it had no per-rank sections
 };
 
-// The manifest's name inside a checkpoint directory, and the version this
-// build writes (and the only one it reads).
+// The manifest's name inside a checkpoint directory, and the newest version
+// this build writes: 1 without per-rank sections, 2 with them. It reads
+// both.
 inline constexpr const char* kCheckpointManifest = "checkpoint.json";
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = 2;
 
 // Writes every section's state_dict() and the generator states into `dir`
 // (created if missing, parents included) when options.rank == 0; returns at
-// once on other ranks. The previous checkpoint in `dir` stays loadable until
+// once on other ranks, unless the checkpoint has per-rank sections: then
+// every rank writes its own and the call is a collective (Note [Per-rank
+// checkpoint sections]), which returns on every rank or throws on every
+// rank. The previous checkpoint in `dir` stays loadable until
 // the new one is complete and durable (fsync'd), and is then removed; a save
 // that fails (a section that throws, a full disk) leaves it untouched and
 // removes what it wrote. ValueError for bad options, IoError for files.

@@ -97,6 +97,9 @@ class BucketAutoTuner {
   // is due: every rank calls it at the same forward.
   void on_forward(Reducer& reducer, dist::ProcessGroup& group);
   bool done() const { return done_; }
+  // Marks the choice as made (Note [Bucket plans in checkpoints]): the
+  // caller has installed `plan` in the reducer.
+  void restore(BucketPlan plan, AlphaBeta link);
   const BucketPlan& plan() const { return plan_; }
   const AlphaBeta& link() const { return link_; }
 

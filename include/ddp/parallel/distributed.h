@@ -137,6 +137,26 @@ class DistributedDataParallelBase {
   // The device of the first parameter (the CPU without parameters).
   Device device() const { return model_device(); }
 
+  // Note [Bucket plans in checkpoints]
+  // The buckets in use after a rebuild (Note [Rebuilding buckets]) or the
+  // automatic sizer decide what PowerSGD compresses together and, at three
+  // ranks or more, in which order a collective sums each element; so a run
+  // resumed bit for bit needs them. bucket_plan_state() gives
+  // "buckets.params" (parameter indices, launch order), "buckets.sizes"
+  // (parameters per bucket), "buckets.rebuilt" and "buckets.tuned" (1 when
+  // the rebuild, or the sizer's choice, has happened: after a load neither
+  // happens again) and the sizer's measured link ("tuner.alpha_s",
+  // "tuner.beta_s_per_byte", "tuner.predicted_exposed_s"). A checkpoint
+  // taken before the sizer chose resumes with the sizer starting over.
+  // load_bucket_plan_state() checks the plan (every trainable parameter
+  // exactly once; ValueError naming the problem, nothing changed) and
+  // installs it; call it between iterations, e.g. in a checkpoint load
+  // before the first forward. A DDP that never changes its buckets
+  // (rebuild_buckets off and no auto_bucket_size, as ZeRO-1 needs) refuses
+  // a plan other than its own.
+  TensorDict bucket_plan_state() const;
+  void load_bucket_plan_state(const TensorDict& state);
+
  protected:
   // Around the module's forward: buffers, a due bucket rebuild, and arming
   // the reducer for the backward that follows.

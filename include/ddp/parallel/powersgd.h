@@ -126,8 +126,8 @@ class PowerSGDState {
   // shapes of the gradients they belong to, as "bucket.<b>.error",
   // "bucket.<b>.q" and "bucket.<b>.shapes". The error memory is this rank's
   // own (the residual of its local gradient), so every rank saves and loads
-  // its own state; io::Checkpoint, which rank 0 writes, has no per-rank
-  // section yet, so keep it in a file per rank (e.g. io::save_safetensors).
+  // its own state: add it to an io::Checkpoint as a per-rank section with
+  // parallel::add_checkpoint_section (ddp/parallel/checkpoint_sections.h).
   // load_state_dict checks the options that size the memory (rank, error
   // feedback, warm start) and every tensor before it changes anything
   // (ValueError naming the first problem); a restored bucket's memory moves

@@ -78,7 +78,11 @@
 // load_sharded_state_dict() takes the shards of all ranks of the saving job,
 // at any world size: it reassembles each parameter's state, checks that
 // every element is covered exactly once, and keeps the pieces of its own
-// segments, so a job saved at 2 ranks resumes at 3 or 4.
+// segments, so a job saved at 2 ranks resumes at 3 or 4. In an
+// io::Checkpoint the shards are a per-rank section
+// (parallel::add_checkpoint_section, ddp/parallel/checkpoint_sections.h),
+// beside the model and the rest in one manifest; save_shard / load_shards
+// keep a directory of shards of their own.
 //
 // Note [ZeRO-1 checkpoints across layouts]
 // Segments count a parameter's elements in its memory order (Note [ZeRO-1
