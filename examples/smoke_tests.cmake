@@ -96,6 +96,26 @@ foreach(backend IN LISTS _launchers)
     JSON_EQUALS world_size=2 start_step=4 steps=6 grad_accum=2)
 endforeach()
 
+# PowerSGD's per-rank error memory and Q, and the rebuilt bucket plan, are in
+# the checkpoint (Note [Per-rank checkpoint sections]): the resumed run's
+# compressed steps retrace the reference's losses.
+if(DDP_HAVE_GLOO AND TARGET ddprun)
+  set(dir ${_ddp_ex_work}/resnet_powersgd)
+  set(_psgd --comm-hook powersgd --powersgd-start-iter 2 --backend gloo)
+  ddp_example_test(examples.train_resnet.gloo.powersgd_resume
+    LABELS dist ENV ${_ddp_ex_gloo_env} CLEAN_DIR ${dir}
+    CMD0 ${_ddp_ex_launch_gloo} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 6
+         --metrics ${dir}.reference.jsonl ${_psgd}
+    COMPARE_METRICS "${dir}.reference.jsonl|${dir}.jsonl"
+    CMD1 ${_ddp_ex_launch_gloo} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 4
+         --checkpoint-dir ${dir} --metrics ${dir}.jsonl ${_psgd}
+    CMD2 ${_ddp_ex_launch_gloo} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 6
+         --checkpoint-dir ${dir} --metrics ${dir}.jsonl --resume ${_psgd}
+    EXPECT_REGEX "comm hook: powersgd.*resumed from step 4 .*step 6/6 "
+    JSON_KEYS ${_ddp_ex_resnet_keys}
+    JSON_EQUALS world_size=2 start_step=4 steps=6 backend=gloo)
+endif()
+
 # ---- one process: the mixed-precision and channels-last paths ---------------
 ddp_example_test(examples.train_resnet.single.bf16_channels_last
   LABELS unit ENV ${_ddp_ex_gloo_env}

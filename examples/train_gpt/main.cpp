@@ -242,6 +242,9 @@ int run(const Options& o) {
   amp::GradScaler scaler({.enabled = o.amp == "f16"});
   io::Checkpoint ckpt;
   ckpt.add("model", model).add("optimizer", opt).add("scheduler", sched).add("scaler", scaler);
+  // The bucket plan, and PowerSGD's per-rank memory, make a resumed run
+  // continue bit for bit (Note [Per-rank checkpoint sections]).
+  parallel::add_checkpoint_section(ckpt, "buckets", ddp_model);
 
   int64_t step = 0;
   if (o.resume) {
@@ -253,7 +256,8 @@ int run(const Options& o) {
                          info.metadata["model"] + " with global batch " +
                          info.metadata["global_batch"] + ", not " + o.model +
                          " with global batch " + batch);
-      step = io::load_checkpoint(o.checkpoint_dir, ckpt).step;
+      step = io::load_checkpoint(o.checkpoint_dir, ckpt,
+                                 parallel::checkpoint_load_options(*world.group)).step;
       if (lead) std::printf("resumed from step %lld (%s)\n", (long long)step, o.checkpoint_dir.c_str());
     } else if (lead) {
       std::printf("no checkpoint in %s; starting from step 0\n", o.checkpoint_dir.c_str());
@@ -262,10 +266,10 @@ int run(const Options& o) {
   const int64_t first_step = step;
   auto save = [&](int64_t epoch) {
     io::save_checkpoint(o.checkpoint_dir, ckpt,
-                        {.rank = rank, .epoch = epoch, .step = step,
+                        parallel::checkpoint_save_options(world.group, {.epoch = epoch, .step = step,
                          .metadata = {{"model", o.model},
                                       {"global_batch", std::to_string(o.batch_size)},
-                                      {"world_size", std::to_string(world_size)}}});
+                                      {"world_size", std::to_string(world_size)}}}));
     world.group->barrier()->wait();  // nobody reads or exits before rank 0 is done
     if (lead) std::printf("saved checkpoint at step %lld to %s\n", (long long)step,
                           o.checkpoint_dir.c_str());
