@@ -540,6 +540,23 @@ WorkPtr ProcessGroupNCCL::do_reduce_scatter(const Tensor& output, Tensors& input
     if (n == 0) return;
     char* recv = bytes(output);
     const char* send = bytes(inputs[0]);
+    // Note [Reduce-scatter of one rank]
+    // One rank's reduce-scatter is a copy of its input, whatever the op. It is
+    // done as one: NCCL 2.28.9's ncclReduceScatter with ncclAvg on a
+    // communicator of one rank left every element past the first 2^20 of a
+    // 2^20 + 3-element output unwritten (H200, both GPU runs of 2026-11-27;
+    // sum, min, max, product and allreduce's avg were right).
+    if (n_ranks == 1) {
+      if (recv != send && overlaps(recv, n, send, n)) {  // through a temporary
+        Tensor tmp = l.scratch(n);
+        l.copy(tmp.data_ptr(), send, n);
+        send = bytes(tmp);
+        l.copy(recv, send, n);
+        return;
+      }
+      l.copy(recv, send, n);
+      return;
+    }
     Tensor packed;
     const bool in_place_ok = !overlaps(recv, n, send, n * n_ranks) || recv == send + size_t(r) * n;
     if (!consecutive(inputs, n) || !in_place_ok) {
