@@ -21,6 +21,12 @@
 // dtype (Note [Compute type]); the head size D is a template parameter (16,
 // 32, 64 or 128) so the per-thread rows live in registers. This is the simple
 // form of the algorithm (no tensor cores): it saves memory, not yet time.
+// Every q/k/v/out/dout/dq/dk/dv operand is [B, H, rows, D] with its own
+// batch, head and row strides and a dense last dim (Note [Strided attention
+// operands] in src/nn/functional/attention.cpp): a block finds its head's
+// rows from (b, h) = (bh / H, bh % H), so GPT's q/k/v views of the fused
+// qkv projection and an output in [B, T, H, D] order need no copies. lse and
+// delta are packed [B·H, T].
 // It is the f32 path and the reference for cuDNN's fused attention, which
 // serves f16/bf16 (Note [Attention paths on CUDA] in
 // src/nn/functional/attention_cuda.cpp registers both).
@@ -35,6 +41,18 @@ namespace {
 constexpr int kRows = 64;  // query rows per block (threads per block)
 constexpr int kCols = 32;  // key rows per shared-memory tile
 
+// Element strides of one [B, H, rows, D] operand whose last dim is dense.
+struct Strides {
+  int64_t b, h, r;
+};
+
+Strides strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+// The offset of head bh = b·H + h's first row.
+__device__ __forceinline__ int64_t head_offset(Strides s, int64_t bh, int H) {
+  return (bh / H) * s.b + (bh % H) * s.h;
+}
+
 template <int D>
 __device__ __forceinline__ float dot_row(const float* a, const float (*b)[D], int j) {
   float s = 0.f;
@@ -43,17 +61,20 @@ __device__ __forceinline__ float dot_row(const float* a, const float (*b)[D], in
   return s;
 }
 
-// Stages rows [r0, r0 + kCols) of a [n, D] matrix as f32; rows past n are 0.
+// Stages rows [r0, r0 + kCols) of an [n, D] matrix with row stride rs as
+// f32; rows past n are 0.
 template <class T, int D>
-__device__ __forceinline__ void stage_tile(float (*dst)[D], const T* src, int r0, int n) {
+__device__ __forceinline__ void stage_tile(float (*dst)[D], const T* src, int64_t rs, int r0,
+                                           int n) {
   for (int idx = threadIdx.x; idx < kCols * D; idx += blockDim.x) {
     const int r = idx / D, d = idx % D;
-    dst[r][d] = r0 + r < n ? float(load(src[int64_t(r0 + r) * D + d])) : 0.f;
+    dst[r][d] = r0 + r < n ? float(load(src[int64_t(r0 + r) * rs + d])) : 0.f;
   }
 }
 
 template <class T, int D>
-__global__ void flash_forward_kernel(const T* q, const T* k, const T* v, T* o, float* lse, int T_,
+__global__ void flash_forward_kernel(const T* q, Strides sq, const T* k, Strides sk, const T* v,
+                                     Strides sv, T* o, Strides so, float* lse, int H, int T_,
                                      int S, float scale, bool causal, int64_t BH) {
   __shared__ float ks[kCols][D];
   __shared__ float vs[kCols][D];
@@ -62,20 +83,20 @@ __global__ void flash_forward_kernel(const T* q, const T* k, const T* v, T* o, f
   if (bh >= BH) return;  // the whole block: no barrier is skipped
   const int row = blockIdx.x * kRows + threadIdx.x;
   const bool active = row < T_;
-  q += bh * T_ * D;
-  k += bh * S * D;
-  v += bh * S * D;
+  q += head_offset(sq, bh, H) + int64_t(row) * sq.r;
+  k += head_offset(sk, bh, H);
+  v += head_offset(sv, bh, H);
   float qr[D], acc[D];
 #pragma unroll
   for (int d = 0; d < D; ++d) {
-    qr[d] = active ? float(load(q[int64_t(row) * D + d])) * scale : 0.f;
+    qr[d] = active ? float(load(q[d])) * scale : 0.f;
     acc[d] = 0.f;
   }
   float m = -INFINITY, l = 0.f;
   const int kend = causal ? min(S, (blockIdx.x + 1) * kRows) : S;
   for (int j0 = 0; j0 < kend; j0 += kCols) {
-    stage_tile<T, D>(ks, k, j0, S);
-    stage_tile<T, D>(vs, v, j0, S);
+    stage_tile<T, D>(ks, k, sk.r, j0, S);
+    stage_tile<T, D>(vs, v, sv.r, j0, S);
     __syncthreads();
     if (active) {
       int jn = min(kCols, S - j0);
@@ -95,26 +116,32 @@ __global__ void flash_forward_kernel(const T* q, const T* k, const T* v, T* o, f
   }
   if (!active) return;
   const float inv = 1.f / l;
+  o += head_offset(so, bh, H) + int64_t(row) * so.r;
 #pragma unroll
-  for (int d = 0; d < D; ++d) o[bh * T_ * D + int64_t(row) * D + d] = store<T>(acc[d] * inv);
+  for (int d = 0; d < D; ++d) o[d] = store<T>(acc[d] * inv);
   lse[bh * T_ + row] = m + logf(l);
 }
 
 // D_i = Σ_d dO_i,d · O_i,d for every (batch·head, query row).
 template <class T, int D>
-__global__ void row_dot_kernel(const T* dout, const T* out, float* delta, int64_t rows) {
+__global__ void row_dot_kernel(const T* dout, Strides sdo, const T* out, Strides so,
+                               float* delta, int H, int T_, int64_t rows) {
   const int64_t r = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (r >= rows) return;
+  const int64_t bh = r / T_, t = r % T_;
+  dout += head_offset(sdo, bh, H) + t * sdo.r;
+  out += head_offset(so, bh, H) + t * so.r;
   float s = 0.f;
 #pragma unroll
-  for (int d = 0; d < D; ++d) s += float(load(dout[r * D + d])) * float(load(out[r * D + d]));
+  for (int d = 0; d < D; ++d) s += float(load(dout[d])) * float(load(out[d]));
   delta[r] = s;
 }
 
 template <class T, int D>
-__global__ void flash_dk_dv_kernel(const T* q, const T* k, const T* v, const T* dout,
-                                   const float* lse, const float* delta, T* dk, T* dv, int T_,
-                                   int S, float scale, bool causal, int64_t BH) {
+__global__ void flash_dk_dv_kernel(const T* q, Strides sq, const T* k, Strides sk, const T* v,
+                                   Strides sv, const T* dout, Strides sdo, const float* lse,
+                                   const float* delta, T* dk, Strides sdk, T* dv, Strides sdv,
+                                   int H, int T_, int S, float scale, bool causal, int64_t BH) {
   __shared__ float qs[kCols][D];
   __shared__ float dos[kCols][D];
   __shared__ float lse_s[kCols], delta_s[kCols];
@@ -123,22 +150,24 @@ __global__ void flash_dk_dv_kernel(const T* q, const T* k, const T* v, const T* 
   if (bh >= BH) return;  // the whole block: no barrier is skipped
   const int col = blockIdx.x * kRows + threadIdx.x;  // this thread's key row
   const bool active = col < S;
-  q += bh * T_ * D;
-  dout += bh * T_ * D;
+  q += head_offset(sq, bh, H);
+  dout += head_offset(sdo, bh, H);
+  k += head_offset(sk, bh, H) + int64_t(col) * sk.r;
+  v += head_offset(sv, bh, H) + int64_t(col) * sv.r;
   lse += bh * T_;
   delta += bh * T_;
   float kr[D], vr[D], dkr[D], dvr[D];
 #pragma unroll
   for (int d = 0; d < D; ++d) {
-    kr[d] = active ? float(load(k[bh * S * D + int64_t(col) * D + d])) : 0.f;
-    vr[d] = active ? float(load(v[bh * S * D + int64_t(col) * D + d])) : 0.f;
+    kr[d] = active ? float(load(k[d])) : 0.f;
+    vr[d] = active ? float(load(v[d])) : 0.f;
     dkr[d] = dvr[d] = 0.f;
   }
   // Causal: queries before this block's first key see none of its keys.
   const int i_begin = causal ? (blockIdx.x * kRows) / kCols * kCols : 0;
   for (int i0 = i_begin; i0 < T_; i0 += kCols) {
-    stage_tile<T, D>(qs, q, i0, T_);
-    stage_tile<T, D>(dos, dout, i0, T_);
+    stage_tile<T, D>(qs, q, sq.r, i0, T_);
+    stage_tile<T, D>(dos, dout, sdo.r, i0, T_);
     for (int r = threadIdx.x; r < kCols; r += blockDim.x) {
       lse_s[r] = i0 + r < T_ ? lse[i0 + r] : 0.f;
       delta_s[r] = i0 + r < T_ ? delta[i0 + r] : 0.f;
@@ -160,16 +189,19 @@ __global__ void flash_dk_dv_kernel(const T* q, const T* k, const T* v, const T* 
     __syncthreads();
   }
   if (!active) return;
+  dk += head_offset(sdk, bh, H) + int64_t(col) * sdk.r;
+  dv += head_offset(sdv, bh, H) + int64_t(col) * sdv.r;
 #pragma unroll
   for (int d = 0; d < D; ++d) {
-    dk[bh * S * D + int64_t(col) * D + d] = store<T>(dkr[d]);
-    dv[bh * S * D + int64_t(col) * D + d] = store<T>(dvr[d]);
+    dk[d] = store<T>(dkr[d]);
+    dv[d] = store<T>(dvr[d]);
   }
 }
 
 template <class T, int D>
-__global__ void flash_dq_kernel(const T* q, const T* k, const T* v, const T* dout,
-                                const float* lse, const float* delta, T* dq, int T_, int S,
+__global__ void flash_dq_kernel(const T* q, Strides sq, const T* k, Strides sk, const T* v,
+                                Strides sv, const T* dout, Strides sdo, const float* lse,
+                                const float* delta, T* dq, Strides sdq, int H, int T_, int S,
                                 float scale, bool causal, int64_t BH) {
   __shared__ float ks[kCols][D];
   __shared__ float vs[kCols][D];
@@ -178,21 +210,23 @@ __global__ void flash_dq_kernel(const T* q, const T* k, const T* v, const T* dou
   if (bh >= BH) return;  // the whole block: no barrier is skipped
   const int row = blockIdx.x * kRows + threadIdx.x;
   const bool active = row < T_;
-  k += bh * S * D;
-  v += bh * S * D;
+  q += head_offset(sq, bh, H) + int64_t(row) * sq.r;
+  dout += head_offset(sdo, bh, H) + int64_t(row) * sdo.r;
+  k += head_offset(sk, bh, H);
+  v += head_offset(sv, bh, H);
   float qr[D], dor[D], dqr[D];
 #pragma unroll
   for (int d = 0; d < D; ++d) {
-    qr[d] = active ? float(load(q[bh * T_ * D + int64_t(row) * D + d])) : 0.f;
-    dor[d] = active ? float(load(dout[bh * T_ * D + int64_t(row) * D + d])) : 0.f;
+    qr[d] = active ? float(load(q[d])) : 0.f;
+    dor[d] = active ? float(load(dout[d])) : 0.f;
     dqr[d] = 0.f;
   }
   const float lse_r = active ? lse[bh * T_ + row] : 0.f;
   const float delta_r = active ? delta[bh * T_ + row] : 0.f;
   const int kend = causal ? min(S, (blockIdx.x + 1) * kRows) : S;
   for (int j0 = 0; j0 < kend; j0 += kCols) {
-    stage_tile<T, D>(ks, k, j0, S);
-    stage_tile<T, D>(vs, v, j0, S);
+    stage_tile<T, D>(ks, k, sk.r, j0, S);
+    stage_tile<T, D>(vs, v, sv.r, j0, S);
     __syncthreads();
     if (active) {
       int jn = min(kCols, S - j0);
@@ -207,8 +241,9 @@ __global__ void flash_dq_kernel(const T* q, const T* k, const T* v, const T* dou
     __syncthreads();
   }
   if (!active) return;
+  dq += head_offset(sdq, bh, H) + int64_t(row) * sdq.r;
 #pragma unroll
-  for (int d = 0; d < D; ++d) dq[bh * T_ * D + int64_t(row) * D + d] = store<T>(dqr[d]);
+  for (int d = 0; d < D; ++d) dq[d] = store<T>(dqr[d]);
 }
 
 // Calls fn.template operator()<T, D>() for the tensor's dtype and head size.
@@ -241,16 +276,27 @@ dim3 grid_for(int rows, int64_t bh) {
   return dim3(unsigned((rows + kRows - 1) / kRows), unsigned(y), unsigned((bh + y - 1) / y));
 }
 
+// The operands' contract (flash_attention.h): [B, H, rows, D] with a dense
+// last dim; lse and delta packed [B, H, T].
+void check_operands(const char* what, std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts)
+    DDP_CHECK_T(ShapeError, t->dim() == 4 && t->stride(3) == 1,
+                "{}: operands must be [B, H, rows, D] with a dense last dim, got {}", what,
+                t->describe());
+}
+
 }  // namespace
 
 void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                              const Tensor& lse, float scale, bool causal, cuda::Stream stream) {
-  const int bh = int(q.size(0)), T_ = int(q.size(1)), S = int(k.size(1)), D = int(q.size(2));
+  check_operands("flash_attention_forward", {&q, &k, &v, &out});
+  const int H = int(q.size(1)), T_ = int(q.size(2)), S = int(k.size(2)), D = int(q.size(3));
+  const int64_t bh = q.size(0) * H;
   if (bh == 0 || T_ == 0) return;
   dispatch_attention(q.dtype(), D, "flash_attention_forward", [&]<class T, int HD>() {
     flash_forward_kernel<T, HD><<<grid_for(T_, bh), kRows, 0, native(stream)>>>(
-        ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<T>(out), ptr<float>(lse), T_, S,
-        scale, causal, int64_t(bh));
+        ptr<const T>(q), strides_of(q), ptr<const T>(k), strides_of(k), ptr<const T>(v),
+        strides_of(v), ptr<T>(out), strides_of(out), ptr<float>(lse), H, T_, S, scale, causal, bh);
     DDP_CUDA_CHECK_LAUNCH("flash_forward_kernel");
   });
 }
@@ -259,21 +305,27 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& dout, const Tensor& lse, const Tensor& delta,
                               const Tensor& dq, const Tensor& dk, const Tensor& dv, float scale,
                               bool causal, cuda::Stream stream) {
-  const int bh = int(q.size(0)), T_ = int(q.size(1)), S = int(k.size(1)), D = int(q.size(2));
+  check_operands("flash_attention_backward", {&q, &k, &v, &out, &dout, &dq, &dk, &dv});
+  const int H = int(q.size(1)), T_ = int(q.size(2)), S = int(k.size(2)), D = int(q.size(3));
+  const int64_t bh = q.size(0) * H;
   if (bh == 0 || T_ == 0) return;
   dispatch_attention(q.dtype(), D, "flash_attention_backward", [&]<class T, int HD>() {
-    const int64_t rows = int64_t(bh) * T_;
+    const int64_t rows = bh * T_;
+    const Strides sq = strides_of(q), sk = strides_of(k), sv = strides_of(v),
+                  sdo = strides_of(dout);
     row_dot_kernel<T, HD><<<unsigned((rows + kThreads - 1) / kThreads), kThreads, 0, native(stream)>>>(
-        ptr<const T>(dout), ptr<const T>(out), ptr<float>(delta), rows);
+        ptr<const T>(dout), sdo, ptr<const T>(out), strides_of(out), ptr<float>(delta), H, T_,
+        rows);
     DDP_CUDA_CHECK_LAUNCH("row_dot_kernel");
     flash_dk_dv_kernel<T, HD><<<grid_for(S, bh), kRows, 0, native(stream)>>>(
-        ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<const T>(dout),
-        ptr<const float>(lse), ptr<const float>(delta), ptr<T>(dk), ptr<T>(dv), T_, S, scale,
-        causal, int64_t(bh));
+        ptr<const T>(q), sq, ptr<const T>(k), sk, ptr<const T>(v), sv, ptr<const T>(dout), sdo,
+        ptr<const float>(lse), ptr<const float>(delta), ptr<T>(dk), strides_of(dk), ptr<T>(dv),
+        strides_of(dv), H, T_, S, scale, causal, bh);
     DDP_CUDA_CHECK_LAUNCH("flash_dk_dv_kernel");
     flash_dq_kernel<T, HD><<<grid_for(T_, bh), kRows, 0, native(stream)>>>(
-        ptr<const T>(q), ptr<const T>(k), ptr<const T>(v), ptr<const T>(dout),
-        ptr<const float>(lse), ptr<const float>(delta), ptr<T>(dq), T_, S, scale, causal, int64_t(bh));
+        ptr<const T>(q), sq, ptr<const T>(k), sk, ptr<const T>(v), sv, ptr<const T>(dout), sdo,
+        ptr<const float>(lse), ptr<const float>(delta), ptr<T>(dq), strides_of(dq), H, T_, S,
+        scale, causal, bh);
     DDP_CUDA_CHECK_LAUNCH("flash_dq_kernel");
   });
 }

@@ -3,9 +3,12 @@
 // attention kernels]): f32/f16/bf16, head sizes 16, 32, 64 and 128. It is not
 // registered itself: the CUDA registration of attention_* in
 // src/nn/functional/attention_cuda.cpp chooses between it and cuDNN's fused
-// attention (Note [Attention paths on CUDA] there). Same tensor contract as
-// attention_forward / attention_backward in kernel_list.h; the caller has
-// made the tensors' device current and queues the work on `stream`.
+// attention (Note [Attention paths on CUDA] there). q, k, v, out, dout, dq,
+// dk and dv are [B, H, rows, D] with any batch, head and row strides and a
+// dense last dim (Note [Strided attention operands] in
+// src/nn/functional/attention.cpp; ShapeError otherwise); lse and delta are
+// f32 packed [B, H, T]. The caller has made the tensors' device current and
+// queues the work on `stream`.
 
 #include <cstdint>
 

@@ -21,11 +21,15 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
               "{}: expected input [B, T, {}], got {}", describe(), embed_dim_, x.describe());
   const int64_t B = x.size(0), T = x.size(1), C = embed_dim_, H = num_heads_, D = C / H;
   Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
-  auto heads = [&](int64_t i) {     // the i-th C-wide slice as [B, H, T, D]
+  // The i-th C-wide slice as a [B, H, T, D] view, passed without a copy; the
+  // output comes back dense in the views' [B, T, H, D] order, so the reshape
+  // to [B, T, C] is a view too (Note [Strided attention operands]; the
+  // reference path, which copies, returns [B, H, T, D] and the reshape copies).
+  auto heads = [&](int64_t i) {
     return qkv.narrow(2, i * C, C).reshape({B, T, H, D}).transpose(1, 2);
   };
   Tensor y = functional::scaled_dot_product_attention(heads(0), heads(1), heads(2), true);
-  y = y.transpose(1, 2).contiguous().reshape({B, T, C});
+  y = y.transpose(1, 2).reshape({B, T, C});
   return resid_dropout->forward(c_proj->forward(y));
 }
 

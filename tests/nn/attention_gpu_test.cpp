@@ -18,6 +18,7 @@
 #include "ddp/tensor/cuda.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
+#include "nn/attention_strided_util.h"
 #include "nn/scaled_error.h"
 
 using namespace ddp;
@@ -338,3 +339,90 @@ TEST(AttentionCudnn, RefusesBadInputsNamingTheOp) {
 }
 
 }  // namespace
+
+// ---- strided q/k/v (Note [Strided attention operands]) ----------------------------
+
+namespace sa = ddp::test::strided_attention;
+
+// The fused kernels read GPT's qkv views, transposed heads and (after one
+// copy) a last dim that is not dense, and give what they give on contiguous
+// copies: bit for bit where the arithmetic cannot depend on the layout (the
+// hand kernel: f32, and f16/bf16 with cuDNN off), within one or two units in
+// the last place where cuDNN runs (its engine may differ per layout, and its
+// dq sums with atomics).
+TEST(AttentionGpu, StridedOperandsMatchTheCopyingPath) {
+  SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  for (bool causal : {true, false})
+    for (int64_t D : {16, 64}) {
+      sa::check_layouts(2, 3, 77, D, DType::f32, gpu, causal, 0.0);
+      {
+        CudnnAttentionSetting off(false);
+        sa::check_layouts(2, 3, 77, D, DType::bf16, gpu, causal, 0.0);
+      }
+      sa::check_layouts(2, 3, 77, D, DType::f16, gpu, causal, 2e-3);
+      sa::check_layouts(2, 3, 77, D, DType::bf16, gpu, causal, 1.6e-2);
+    }
+  // A head size only cuDNN takes, where it does.
+  if (cudnn_attention_here()) sa::check_layouts(1, 4, 50, 40, DType::f16, gpu, true, 2e-3);
+}
+
+// GPT's block hands its q/k/v views to the fused kernels as they are and gets
+// its output back in [B, T, H, D] order: no operand copy, forward or backward,
+// on either fused path; a last dim that is not dense is copied once per operand.
+TEST(AttentionGpu, GptViewsMakeNoOperandCopy) {
+  SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const sa::BlockRun r = sa::run_gpt_block(dt, gpu);
+    EXPECT_EQ(r.copies, 0) << dtype_name(dt);
+    EXPECT_TRUE(r.output_heads_last) << dtype_name(dt);
+  }
+  Generator gen(1);
+  Tensor q = randn({1, 2, 16, 32}, {}, &gen).to(gpu);
+  const int64_t before = F::attention_operand_copies();
+  sa::run(q, q, q, q, sa::Layout::strided_dim, true);
+  EXPECT_EQ(F::attention_operand_copies() - before, 3);  // q, k, v; dout has out's layout
+}
+
+// The cuDNN graphs take the operands' strides, so a new layout is a new graph
+// (a forward and a backward), and the same layout again reuses it.
+TEST(AttentionCudnn, GraphsAreKeyedByStrides) {
+  SKIP_WITHOUT_GPU();
+  if (!cudnn_attention_here()) GTEST_SKIP() << "no cuDNN attention here";
+  const Device gpu = Device::cuda(0);
+  Generator gen(2);
+  auto draw = [&] { return randn({2, 4, 40, 64}, {}, &gen).to(gpu).to(DType::f16); };
+  Tensor q = draw(), k = draw(), v = draw(), dout = draw();
+  sa::run(q, k, v, dout, sa::Layout::contiguous, true);
+  const F::AttentionCacheStats before = F::attention_cache_stats(DeviceType::CUDA);
+  sa::run(q, k, v, dout, sa::Layout::qkv_view, true);
+  const F::AttentionCacheStats mid = F::attention_cache_stats(DeviceType::CUDA);
+  EXPECT_EQ(mid.entries - before.entries, 2);
+  sa::run(q, k, v, dout, sa::Layout::qkv_view, true);
+  const F::AttentionCacheStats after = F::attention_cache_stats(DeviceType::CUDA);
+  EXPECT_EQ(after.hits - mid.hits, 2);
+  EXPECT_EQ(after.entries, mid.entries);
+}
+
+// The kernels' contract checked where a caller could break it: a direct
+// kernel call with a last dim that is not dense raises ShapeError (the hand
+// kernel), as does one whose layout is not the cuDNN graph's (v with other
+// strides than k).
+TEST(AttentionGpu, DirectKernelCallsCheckTheOperandLayout) {
+  SKIP_WITHOUT_GPU();
+  const Device gpu = Device::cuda(0);
+  auto opts = [&](DType dt) { return TensorOptions(dt).device(gpu); };
+  Tensor wide = Tensor::zeros({1, 2, 16, 64}, opts(DType::f32));
+  Tensor q = wide.slice(3, 0, 64, 2);  // [1, 2, 16, 32], last stride 2
+  Tensor out = Tensor::empty({1, 2, 16, 32}, opts(DType::f32));
+  Tensor lse = Tensor::empty({1, 2, 16}, opts(DType::f32));
+  EXPECT_THROW(kernels::call<kernels::attention_forward>(gpu, q, q, q, out, lse, 0.125f, true),
+               ShapeError);
+  if (!cudnn_attention_here()) return;
+  Tensor h = Tensor::zeros({1, 2, 16, 40}, opts(DType::f16));
+  Tensor v = Tensor::zeros({1, 16, 2, 40}, opts(DType::f16)).transpose(1, 2);
+  Tensor ho = Tensor::empty({1, 2, 16, 40}, opts(DType::f16));
+  EXPECT_THROW(kernels::call<kernels::attention_forward>(gpu, h, h, v, ho, lse, 0.125f, true),
+               ShapeError);
+}

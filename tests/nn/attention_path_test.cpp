@@ -323,6 +323,30 @@ TEST(AttentionPath, KeysSeparateWhatShapesTheGraph) {
   EXPECT_EQ(q.key(Pass::forward), p.key(Pass::forward));
 }
 
+// Strided operands (Note [Strided attention operands]): the strides of q and
+// k are part of the keys, and the outputs are dense in their input's dim
+// order — [B, T, H, D] for GPT's views of its [B, T, 3C] projection.
+TEST(AttentionPath, StridesShapeTheGraphAndTheOutputs) {
+  ap::Problem p = problem(64);  // B 2, H 4, T 128, D 64: C 256
+  const int64_t T = p.T, H = p.H, D = p.D, C = H * D;
+  p.q_strides = p.k_strides = {H * T * D, T * D, D};  // contiguous
+  ap::Problem g = p;
+  g.q_strides = g.k_strides = {T * 3 * C, D, 3 * C};  // the qkv views
+  EXPECT_NE(p.key(Pass::forward), g.key(Pass::forward));
+  EXPECT_NE(p.key(Pass::backward), g.key(Pass::backward));
+  ap::Problem kv = g;
+  kv.k_strides = p.k_strides;
+  EXPECT_NE(kv.key(Pass::forward), g.key(Pass::forward));
+
+  EXPECT_FALSE(ap::heads_inside_rows(p.q_strides, H, T));
+  EXPECT_TRUE(ap::heads_inside_rows(g.q_strides, H, T));
+  EXPECT_EQ(ap::packed_like(p.q_strides, H, T, D), (ap::Strides{H * T * D, T * D, D}));
+  EXPECT_EQ(ap::packed_like(g.q_strides, H, T, D), (ap::Strides{T * C, D, C}));
+  // One head or one row: nothing to reorder, packed [B, H, rows, D].
+  EXPECT_EQ(ap::packed_like({T * 3 * D, D, 3 * D}, 1, T, D), (ap::Strides{T * D, T * D, D}));
+  EXPECT_EQ(ap::packed_like({3 * C, D, 3 * C}, H, 1, D), (ap::Strides{H * D, D, D}));
+}
+
 // Fix: the heuristics' "no engine" reaches the caller as a CudnnError from
 // cudnn_graph::build; refusal_of reads it as "not supported" (like build's
 // own answer), so it is cached instead of thrown. Other errors propagate.

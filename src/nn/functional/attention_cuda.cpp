@@ -39,8 +39,12 @@
 //
 // Graphs: one forward graph (Q, K, V -> O and Stats) and one backward graph
 // (Q, K, V, O, dO, Stats -> dQ, dK, dV) per (B, H, T, S, D, dtype, causal,
-// scale, device, and for the backward the deterministic flag), built once
-// and cached (Note [cuDNN graph API]). A refusal is cached too and asked
+// scale, device, Q's and K's strides, and for the backward the deterministic
+// flag), built once and cached (Note [cuDNN graph API]). The graphs take Q,
+// K and V with their real strides (V has K's) and O, dO, dQ, dK, dV dense in
+// their input's dim order (Note [Strided attention operands] in
+// attention.cpp): GPT's q/k/v views of its qkv projection run without a
+// copy, and its output comes out in [B, T, H, D] order. A refusal is cached too and asked
 // once: a graph outside the support surface (validation), no engine from the
 // heuristics (e.g. none deterministic under DDP_CUDNN_DETERMINISTIC=1: a
 // CudnnError from cudnn_graph::build, read as "not supported" as the
@@ -110,13 +114,6 @@ using kernels::PlanCacheStats;
 
 constexpr const char* kOp = "scaled_dot_product_attention";
 
-// [B, H, rows, D] contiguous as [B·H, rows, D] (f32 lse [B, H, T] as [B·H, T])
-// for the hand kernel, which indexes by batch·head.
-Tensor flat(const Tensor& t) {
-  if (t.dim() == 3) return t.view({t.size(0) * t.size(1), t.size(2)});
-  return t.view({t.size(0) * t.size(1), t.size(2), t.size(3)});
-}
-
 int compute_capability(int device) {
   int major = 0, minor = 0;
   DDP_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -132,6 +129,8 @@ ap::Problem problem_of(const Tensor& q, const Tensor& k, float scale, bool causa
   p.T = q.size(2);
   p.S = k.size(2);
   p.D = q.size(3);
+  p.q_strides = ap::strides_of(q);
+  p.k_strides = ap::strides_of(k);
   p.dtype = q.dtype();
   p.scale = scale;
   p.causal = causal;
@@ -161,12 +160,27 @@ cg::GraphCache<SdpaGraph>& graph_cache() {
   return *c;
 }
 
-// The dims and packed strides of [B, H, rows, cols].
+// The dims and strides of [B, H, rows, cols].
 struct Layout {
   std::vector<int64_t> dims, strides;
 };
 Layout packed(int64_t b, int64_t h, int64_t rows, int64_t cols) {
   return {{b, h, rows, cols}, {h * rows * cols, rows * cols, cols, 1}};
+}
+// An operand's real strides (Note [Strided attention operands]).
+Layout strided(int64_t b, int64_t h, int64_t rows, int64_t d, const ap::Strides& s) {
+  return {{b, h, rows, d}, {s.b, s.h, s.r, 1}};
+}
+
+// The strides of the graphs' operands: Q as given, K and V as K is given,
+// O, dO and dQ packed in Q's dim order, dK and dV packed in K's.
+struct GraphLayouts {
+  Layout q, kv, o, dkv;
+};
+GraphLayouts layouts_of(const ap::Problem& p) {
+  return {strided(p.B, p.H, p.T, p.D, p.q_strides), strided(p.B, p.H, p.S, p.D, p.k_strides),
+          strided(p.B, p.H, p.T, p.D, ap::packed_like(p.q_strides, p.H, p.T, p.D)),
+          strided(p.B, p.H, p.S, p.D, ap::packed_like(p.k_strides, p.H, p.S, p.D))};
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> input(fe::graph::Graph& g, const char* name,
@@ -210,14 +224,15 @@ SdpaGraph finish(SdpaGraph e, const ap::Problem& p, ap::Pass pass) {
 SdpaGraph build_forward(const ap::Problem& p) {
   SdpaGraph e = start(p);
   fe::graph::Graph& g = *e.graph;
-  auto q = input(g, "Q", kQ, packed(p.B, p.H, p.T, p.D));
-  auto k = input(g, "K", kK, packed(p.B, p.H, p.S, p.D));
-  auto v = input(g, "V", kV, packed(p.B, p.H, p.S, p.D));
+  const GraphLayouts l = layouts_of(p);
+  auto q = input(g, "Q", kQ, l.q);
+  auto k = input(g, "K", kK, l.kv);
+  auto v = input(g, "V", kV, l.kv);
   fe::graph::SDPA_attributes attrs;
   attrs.set_name("sdpa_forward").set_generate_stats(true).set_causal_mask(p.causal).set_attn_scale(
       p.scale);
   auto [o, stats] = g.sdpa(q, k, v, attrs);
-  mark_output(o, kO, packed(p.B, p.H, p.T, p.D));
+  mark_output(o, kO, l.o);
   mark_output(stats, kStats, packed(p.B, p.H, p.T, 1));
   stats->set_data_type(fe::DataType_t::FLOAT);
   return finish(std::move(e), p, ap::Pass::forward);
@@ -226,11 +241,12 @@ SdpaGraph build_forward(const ap::Problem& p) {
 SdpaGraph build_backward(const ap::Problem& p) {
   SdpaGraph e = start(p);
   fe::graph::Graph& g = *e.graph;
-  auto q = input(g, "Q", kQ, packed(p.B, p.H, p.T, p.D));
-  auto k = input(g, "K", kK, packed(p.B, p.H, p.S, p.D));
-  auto v = input(g, "V", kV, packed(p.B, p.H, p.S, p.D));
-  auto o = input(g, "O", kO, packed(p.B, p.H, p.T, p.D));
-  auto d_o = input(g, "dO", kDO, packed(p.B, p.H, p.T, p.D));
+  const GraphLayouts l = layouts_of(p);
+  auto q = input(g, "Q", kQ, l.q);
+  auto k = input(g, "K", kK, l.kv);
+  auto v = input(g, "V", kV, l.kv);
+  auto o = input(g, "O", kO, l.o);
+  auto d_o = input(g, "dO", kDO, l.o);
   auto stats = input(g, "Stats", kStats, packed(p.B, p.H, p.T, 1));
   stats->set_data_type(fe::DataType_t::FLOAT);
   fe::graph::SDPA_backward_attributes attrs;
@@ -239,9 +255,9 @@ SdpaGraph build_backward(const ap::Problem& p) {
       .set_attn_scale(p.scale)
       .set_deterministic_algorithm(p.deterministic);
   auto [dq, dk, dv] = g.sdpa_backward(q, k, v, o, d_o, stats, attrs);
-  mark_output(dq, kDQ, packed(p.B, p.H, p.T, p.D));
-  mark_output(dk, kDK, packed(p.B, p.H, p.S, p.D));
-  mark_output(dv, kDV, packed(p.B, p.H, p.S, p.D));
+  mark_output(dq, kDQ, l.o);
+  mark_output(dk, kDK, l.dkv);
+  mark_output(dv, kDV, l.dkv);
   return finish(std::move(e), p, ap::Pass::backward);
 }
 
@@ -276,27 +292,47 @@ class Graphs {
   std::shared_ptr<const SdpaGraph> entries_[2];
 };
 
-// cuDNN's attention engines load 16-byte vectors. The outputs are fresh
-// allocations (aligned); an input that is a view at an odd offset (a slice
-// of a larger buffer) is copied.
-Tensor aligned(const Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0 ? t : t.clone();
+// The graph was built for the layouts of layouts_of(p) and 16-byte aligned
+// pointers: what the frontend hands over (Note [Strided attention operands]).
+// A direct kernel call with other operands gets a ShapeError, not a wrong
+// result.
+void check_layout(const Tensor& t, const Layout& l, const char* name) {
+  const bool ok = t.dim() == 4 && t.stride(3) == 1 && t.stride(0) == l.strides[0] &&
+                  t.stride(1) == l.strides[1] && t.stride(2) == l.strides[2] &&
+                  reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
+  DDP_CHECK_T(ShapeError, ok,
+              "{}: cuDNN operand {} {} does not have the graph's strides [{}, {}, {}, 1] or is "
+              "not 16-byte aligned (Note [Strided attention operands])",
+              kOp, name, t.describe(), l.strides[0], l.strides[1], l.strides[2]);
 }
 
-void cudnn_forward(const SdpaGraph& e, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
-                   const Tensor& out, const Tensor& lse) {
-  const Tensor q = aligned(q_in), k = aligned(k_in), v = aligned(v_in);
+// Q, K, V and O: the operands both graphs share.
+void check_forward_operands(const GraphLayouts& l, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const Tensor& out) {
+  check_layout(q, l.q, "Q");
+  check_layout(k, l.kv, "K");
+  check_layout(v, l.kv, "V");
+  check_layout(out, l.o, "O");
+}
+
+void cudnn_forward(const SdpaGraph& e, const ap::Problem& p, const Tensor& q, const Tensor& k,
+                   const Tensor& v, const Tensor& out, const Tensor& lse) {
+  check_forward_operands(layouts_of(p), q, k, v, out);
   std::unordered_map<int64_t, void*> by_uid = {{kQ, q.data_ptr()},   {kK, k.data_ptr()},
                                                {kV, v.data_ptr()},   {kO, out.data_ptr()},
                                                {kStats, lse.data_ptr()}};
   cg::execute(*e.graph, by_uid, q, kOp);
 }
 
-void cudnn_backward(const SdpaGraph& e, const Tensor& q_in, const Tensor& k_in,
-                    const Tensor& v_in, const Tensor& out_in, const Tensor& dout_in,
-                    const Tensor& lse, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
-  const Tensor q = aligned(q_in), k = aligned(k_in), v = aligned(v_in), out = aligned(out_in),
-               dout = aligned(dout_in);
+void cudnn_backward(const SdpaGraph& e, const ap::Problem& p, const Tensor& q, const Tensor& k,
+                    const Tensor& v, const Tensor& out, const Tensor& dout, const Tensor& lse,
+                    const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const GraphLayouts l = layouts_of(p);
+  check_forward_operands(l, q, k, v, out);
+  check_layout(dout, l.o, "dO");
+  check_layout(dq, l.o, "dQ");
+  check_layout(dk, l.dkv, "dK");
+  check_layout(dv, l.dkv, "dV");
   std::unordered_map<int64_t, void*> by_uid = {
       {kQ, q.data_ptr()},     {kK, k.data_ptr()},     {kV, v.data_ptr()},
       {kO, out.data_ptr()},   {kDO, dout.data_ptr()}, {kStats, lse.data_ptr()},
@@ -344,14 +380,13 @@ void forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& ou
   switch (ap::choose(p, ap::Pass::forward, graphs)) {
     case ap::Path::cudnn:
 #if DDP_HAVE_CUDNN
-      cudnn_forward(graphs.entry(ap::Pass::forward), q, k, v, out, lse);
+      cudnn_forward(graphs.entry(ap::Pass::forward), p, q, k, v, out, lse);
       return;
 #else
       break;  // unreachable: no verdict says built without cuDNN
 #endif
     case ap::Path::hand_kernel:
-      cuda_kernels::flash_attention_forward(flat(q), flat(k), flat(v), flat(out), flat(lse),
-                                            scale, causal, on.stream);
+      cuda_kernels::flash_attention_forward(q, k, v, out, lse, scale, causal, on.stream);
       return;
     case ap::Path::reference: break;
   }
@@ -368,15 +403,14 @@ void backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& o
   switch (ap::choose(p, ap::Pass::backward, graphs)) {
     case ap::Path::cudnn:
 #if DDP_HAVE_CUDNN
-      cudnn_backward(graphs.entry(ap::Pass::backward), q, k, v, out, dout, lse, dq, dk, dv);
+      cudnn_backward(graphs.entry(ap::Pass::backward), p, q, k, v, out, dout, lse, dq, dk, dv);
       return;
 #else
       break;
 #endif
     case ap::Path::hand_kernel:
-      cuda_kernels::flash_attention_backward(flat(q), flat(k), flat(v), flat(out), flat(dout),
-                                             flat(lse), flat(delta), flat(dq), flat(dk), flat(dv),
-                                             scale, causal, on.stream);
+      cuda_kernels::flash_attention_backward(q, k, v, out, dout, lse, delta, dq, dk, dv, scale,
+                                             causal, on.stream);
       return;
     case ap::Path::reference: break;
   }

@@ -15,6 +15,7 @@
 #include "cuda/flash_attention.h"  // flash_attention_supports: the hand kernel's cases
 #include "ddp/core/dtype.h"
 #include "ddp/core/error.h"
+#include "ddp/tensor/tensor.h"
 
 namespace ddp::nn::functional::attention_path {
 
@@ -37,9 +38,37 @@ inline const char* pass_name(Pass p) { return p == Pass::forward ? "forward" : "
 // heuristics, every candidate failing its support check or plan build).
 enum class Verdict { built, refused };
 
+// Element strides (batch, head, row) of a [B, H, rows, D] operand whose last
+// dim is dense: every operand of the fused kernels (Note [Strided attention
+// operands] in attention.cpp).
+struct Strides {
+  int64_t b = 0, h = 0, r = 0;
+  bool operator==(const Strides&) const = default;
+};
+
+inline Strides strides_of(const Tensor& t) { return {t.stride(0), t.stride(1), t.stride(2)}; }
+
+// Whether an operand with strides `s` keeps each row's heads side by side
+// ([B, rows, H, D] order in memory, as GPT's q/k/v views of the fused qkv
+// projection do) rather than each head's rows ([B, H, rows, D]).
+inline bool heads_inside_rows(const Strides& s, int64_t heads, int64_t rows) {
+  return heads > 1 && rows > 1 && s.h < s.r;
+}
+
+// The dense layout the fused path gives a [B, heads, rows, D] output (out,
+// dq, dk, dv) of an operand with strides `like`: its dim order, packed. So
+// an output in [B, T, H, D] order is one transpose away from [B, T, C].
+inline Strides packed_like(const Strides& like, int64_t heads, int64_t rows, int64_t D) {
+  if (heads_inside_rows(like, heads, rows)) return {rows * heads * D, D, heads * D};
+  return {heads * rows * D, rows * D, D};
+}
+
 // One call of the fused attention and the settings that shape its path.
 struct Problem {
   int64_t B = 0, H = 0, T = 0, S = 0, D = 0;  // q [B, H, T, D], k and v [B, H, S, D]
+  // q's strides and k's, which v shares; out, dO and dQ are packed_like(q),
+  // dK and dV packed_like(k) (Note [Strided attention operands]).
+  Strides q_strides{}, k_strides{};
   DType dtype = DType::f32;
   float scale = 1.0f;
   bool causal = false;
@@ -49,15 +78,16 @@ struct Problem {
   bool cudnn_built = false;    // libddp built with cuDNN (DDP_HAVE_CUDNN)
   bool cudnn_enabled = false;  // DDP_CUDNN_ATTENTION (default on)
 
-  // The graph cache's key for this pass: everything that shapes its graph.
-  // The forward graph does not depend on the deterministic flag, the
-  // backward graph does (set_deterministic_algorithm).
+  // The graph cache's key for this pass: everything that shapes its graph,
+  // the operands' strides included. The forward graph does not depend on the
+  // deterministic flag, the backward graph does (set_deterministic_algorithm).
   std::string key(Pass pass) const {
     std::string key = pass_name(pass);
     key += '|';
     for (int64_t v : {B, H, T, S, D, int64_t(dtype), int64_t(std::bit_cast<uint32_t>(scale)),
                       int64_t(causal), int64_t(pass == Pass::backward && deterministic),
-                      int64_t(device)}) {
+                      int64_t(device), q_strides.b, q_strides.h, q_strides.r, k_strides.b,
+                      k_strides.h, k_strides.r}) {
       key += std::to_string(v);
       key += ',';
     }

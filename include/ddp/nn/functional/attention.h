@@ -43,6 +43,15 @@ Tensor scaled_dot_product_attention_reference(const Tensor& q, const Tensor& k, 
                                               bool is_causal = false,
                                               std::optional<double> scale = std::nullopt);
 
+// How many q/k/v operands and incoming gradients the fused attention has
+// copied because its kernels could not read them in place (a last dim that
+// is not dense, misaligned data or strides, k and v in different layouts;
+// Note [Strided attention operands] in src/nn/functional/attention.cpp).
+// GPT's q/k/v views of its qkv projection and contiguous inputs make none.
+// Process-wide, for tests and profiling; the CPU (no fused kernel) never
+// counts.
+int64_t attention_operand_copies();
+
 // How often the fused attention found its cuDNN graph (one per shape, dtype,
 // mask, scale and pass) already built: for tests and tuning. The counts are
 // process-wide; entries is the cache's current size (refusals included).
