@@ -20,6 +20,19 @@ namespace ddp::data::detail {
 
 namespace {
 
+// Whether a width x height image may be decoded (kMaxImagePixels, and the
+// library's limit on a side); refuse() throws the error for one that may not.
+bool fits(uint64_t width, uint64_t height, uint64_t max_side) {
+  return width * height <= uint64_t(kMaxImagePixels) && width <= max_side && height <= max_side;
+}
+[[noreturn]] void refuse(const std::string& name, const char* format, uint64_t width,
+                         uint64_t height, uint64_t max_side) {
+  DDP_THROW(IoError,
+            "'{}': {} refused: its header's size {}x{} is over the limit of {} pixels or {} a side "
+            "(a corrupt header, or an image too big to decode)",
+            name, format, width, height, kMaxImagePixels, max_side);
+}
+
 // ---- JPEG -------------------------------------------------------------------
 
 // libjpeg reports errors through a callback that must not return; it jumps
@@ -106,6 +119,10 @@ DecodedRegion decode_jpeg(std::span<const uint8_t> bytes, const std::string& nam
   }
   jpeg_mem_src(&cinfo, bytes.data(), static_cast<unsigned long>(bytes.size()));
   jpeg_read_header(&cinfo, TRUE);
+  if (!fits(cinfo.image_width, cinfo.image_height, JPEG_MAX_DIMENSION)) {
+    jpeg_destroy_decompress(&cinfo);
+    refuse(name, "JPEG", cinfo.image_width, cinfo.image_height, JPEG_MAX_DIMENSION);
+  }
   int components = 3;
   if (cinfo.jpeg_color_space == JCS_GRAYSCALE) {
     cinfo.out_color_space = JCS_GRAYSCALE;
@@ -189,6 +206,11 @@ DecodedRegion decode_png(std::span<const uint8_t> bytes, const std::string& name
   }
   png_set_read_fn(png, &src, png_read_mem);
   png_read_info(png, info);
+  if (const uint32_t w = png_get_image_width(png, info), h = png_get_image_height(png, info);
+      !fits(w, h, PNG_USER_WIDTH_MAX)) {
+    png_destroy_read_struct(&png, &info, nullptr);
+    refuse(name, "PNG", w, h, PNG_USER_WIDTH_MAX);
+  }
   // To 8-bit RGB as PIL's convert("RGB"): palettes expanded, alpha dropped
   // (not composited), 16-bit samples cut to their high byte.
   png_set_expand(png);
@@ -228,6 +250,8 @@ ImageSize jpeg_size(std::span<const uint8_t> b, const std::string& name) {
       const ImageSize s{int((b[i + 7] << 8) | b[i + 8]), int((b[i + 5] << 8) | b[i + 6])};
       if (s.width <= 0 || s.height <= 0)
         DDP_THROW(IoError, "'{}': corrupt JPEG header: size {}x{}", name, s.width, s.height);
+      if (!fits(s.width, s.height, JPEG_MAX_DIMENSION))
+        refuse(name, "JPEG", s.width, s.height, JPEG_MAX_DIMENSION);
       return s;
     }
     if (m == 0xDA || m == 0xD9 || len < 2) break;  // scan data or the end before any frame
@@ -261,6 +285,8 @@ ImageSize read_image_size(std::span<const uint8_t> bytes, const std::string& nam
       const ImageSize s{be32(16), be32(20)};
       if (s.width <= 0 || s.height <= 0)
         DDP_THROW(IoError, "'{}': corrupt PNG: size {}x{}", name, s.width, s.height);
+      if (!fits(s.width, s.height, PNG_USER_WIDTH_MAX))
+        refuse(name, "PNG", s.width, s.height, PNG_USER_WIDTH_MAX);
       return s;
     }
     case ImageFormat::unknown: break;

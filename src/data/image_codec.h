@@ -33,8 +33,17 @@ ImageFormat sniff_image(std::span<const uint8_t> bytes);
 struct ImageSize {
   int width = 0, height = 0;
 };
+// The most pixels an image may have: PIL's decompression-bomb limit
+// (2 * Image.MAX_IMAGE_PIXELS, above which Image.open raises
+// DecompressionBombError), so the images torchvision's ImageFolder refuses
+// are refused here too. A corrupt header's size is otherwise believed and
+// allocated for (the resampler's weights, the decoded pixels) before the
+// decoder finds the data missing.
+constexpr int64_t kMaxImagePixels = 178956970;
+
 // The image's size from its header. IoError naming `name` for anything but a
-// readable JPEG or PNG header.
+// readable JPEG or PNG header, and for a size the decoders refuse: more than
+// kMaxImagePixels, a side above libjpeg's or libpng's limit.
 ImageSize read_image_size(std::span<const uint8_t> bytes, const std::string& name);
 
 // Integer rectangle [x0, x1) x [y0, y1).

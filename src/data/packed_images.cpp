@@ -230,7 +230,9 @@ PackedImageDataset::PackedImageDataset(const std::string& folder, ImageTransform
                 num_classes());
     const uint64_t count = read_le<uint64_t>(p, 24), table = read_le<uint64_t>(p, 32);
     const uint64_t table_end = table + count * kEntryBytes;
-    if (table < kHeaderBytes || count > b.size() / kEntryBytes || table_end + kTrailerBytes != b.size())
+    // Each bound before the next, so that no sum of the file's fields wraps around.
+    if (table < kHeaderBytes || table > b.size() || count > (b.size() - table) / kEntryBytes ||
+        table_end + kTrailerBytes != b.size())
       DDP_THROW(IoError,
                 "'{}' is truncated or corrupt: {} records with the index table at byte {} need "
                 "{} bytes, the file has {}",
@@ -244,7 +246,7 @@ PackedImageDataset::PackedImageDataset(const std::string& folder, ImageTransform
       const std::byte* e = p + table + r * kEntryBytes;
       Entry en{uint32_t(shards_.size()), read_le<uint32_t>(e, 8), read_le<uint64_t>(e, 0),
                read_le<uint32_t>(e, 12), read_le<int32_t>(e, 24), read_le<int64_t>(e, 16), int64_t(r)};
-      if (en.offset < kHeaderBytes || en.offset + en.length > table)
+      if (en.offset < kHeaderBytes || en.offset > table || en.length > table - en.offset)
         DDP_THROW(IoError, "'{}': record {} claims bytes {}..{}, outside the records area", path,
                   r, en.offset, en.offset + en.length);
       if (en.label < 0 || en.label >= num_classes())

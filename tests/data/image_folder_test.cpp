@@ -231,6 +231,40 @@ TEST(ImageTransforms, BadOptionsAndBoxesAreValueErrors) {
       {"gray.jpg", "outside the 303x207 image"});
 }
 
+// A corrupt header's size was believed: a PNG claiming 671088640x1245184
+// pixels had the resampler allocate gigabytes before the decoder found no
+// data (found by fuzzing: tests/fuzz/corpus/image_decode/regression_oom_*).
+// Sizes over PIL's decompression-bomb limit, or a side over the decoder's,
+// are refused as bad images.
+TEST(ImageTransforms, HeadersClaimingHugeSizesAreRefused) {
+  auto with_size = [](Bytes b, size_t at, int bytes, uint32_t w, uint32_t h) {
+    for (int i = 0; i < bytes; ++i) {
+      b[at + size_t(i)] = uint8_t(w >> (8 * (bytes - 1 - i)));
+      b[at + size_t(bytes + i)] = uint8_t(h >> (8 * (bytes - 1 - i)));
+    }
+    return b;
+  };
+  const Bytes png = image_bytes("rgb.png");  // IHDR's width at byte 16, height at 20
+  std::vector<float> out(3 * 224 * 224);
+  data::SampleRng rng(0, 0, 0);
+  const Bytes bomb = with_size(png, 16, 4, 671088640, 1245184);
+  expect_error<IoError>(
+      [&] { data::decode_transformed(bomb, "bomb.png", ImageTransform{}, rng, out.data()); },
+      {"bomb.png", "PNG refused", "671088640x1245184", "178956970 pixels"});
+  expect_error<IoError>([&] { data::image_dims(with_size(png, 16, 4, 1000001, 1), "wide.png"); },
+                        {"wide.png", "1000001x1", "1000000 a side"});
+  EXPECT_EQ(data::image_dims(with_size(png, 16, 4, 13377, 13377), "big.png").width, 13377);
+  // A JPEG's frame header (SOFn): height, then width, 3 bytes after the marker.
+  const Bytes jpeg = image_bytes("gray.jpg");
+  size_t sof = 2;
+  while (!(jpeg[sof] == 0xFF && (jpeg[sof + 1] == 0xC0 || jpeg[sof + 1] == 0xC2)))
+    sof += 2 + ((size_t(jpeg[sof + 2]) << 8) | jpeg[sof + 3]);
+  const Bytes huge_jpeg = with_size(jpeg, sof + 5, 2, 65000, 65000);  // as height, width: square
+  expect_error<IoError>(
+      [&] { data::decode_transformed(huge_jpeg, "huge.jpg", ImageTransform{}, rng, out.data()); },
+      {"huge.jpg", "JPEG refused", "65000x65000"});
+}
+
 // ---- ImageFolderDataset ------------------------------------------------------
 
 void copy_image(const std::string& from, const fs::path& to) {

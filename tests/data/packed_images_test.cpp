@@ -145,5 +145,34 @@ TEST(PackedImages, TruncatedAndCorruptShardsAreRefusedNamingFileAndRecord) {
                         {"classes.txt", "not a packed image folder"});
 }
 
+// Offsets near 2^64 whose sums wrap around to a small number passed the
+// bounds checks and pointed before the mapped file (found by fuzzing:
+// tests/fuzz/corpus/packed_images/regression_*_offset_wraps).
+TEST(PackedImages, OffsetsThatWrapAroundAreRefused) {
+  ScratchDir dir;
+  const OneShard s = pack_one(dir);
+  auto put = [](Bytes& b, size_t at, auto v) { std::memcpy(b.data() + at, &v, sizeof v); };
+  // The index table's offset: 3 entries at 2^64 - 8 end at byte 88 of a
+  // 100-byte file, just where the table's checksum and end marker lie.
+  Bytes b(s.bytes.begin(), s.bytes.begin() + 64);
+  b.resize(100);
+  put(b, 24, uint64_t(3));
+  put(b, 32, ~uint64_t(0) - 7);
+  put(b, 60, crc32(Bytes(b.begin(), b.begin() + 60)));
+  std::memcpy(b.data() + 92, "DDPEND1\n", 8);
+  write_bytes(s.shard, b);
+  expect_error<IoError>([&] { data::PackedImageDataset ds(s.folder); },
+                        {s.shard, "truncated or corrupt", "index table at byte 18446744073709551608"});
+  // A record's offset: 2^64 - 4 plus its length wraps to below the table.
+  const uint64_t table = u64_at(s.bytes, 32), count = u64_at(s.bytes, 24);
+  b = s.bytes;
+  put(b, table, ~uint64_t(0) - 3);
+  put(b, table + count * 32,
+      crc32(Bytes(b.begin() + ptrdiff_t(table), b.begin() + ptrdiff_t(table + count * 32))));
+  write_bytes(s.shard, b);
+  expect_error<IoError>([&] { data::PackedImageDataset ds(s.folder); },
+                        {s.shard, "record 0 claims bytes 18446744073709551612", "outside the records area"});
+}
+
 }  // namespace
 }  // namespace ddp::test

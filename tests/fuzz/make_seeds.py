@@ -5,8 +5,10 @@ good paths. Run from anywhere; rewrites the files it owns. Files named
 regression_* are inputs that once crashed a target, committed by hand with
 the fix so that every run replays them."""
 import gzip
+import io
 import json
 import os
+import random
 import struct
 import zlib
 
@@ -106,3 +108,113 @@ put("tcp_store", "session", hello
     + frame(b"\x08" + field(b"key"))
     + frame(b"\x09"))
 put("tcp_store", "wrong_version", frame(b"\x01" + field(b"tok") + struct.pack("<I", 99)))
+
+
+# ---- Images (image_decode, packed_images) -----------------------------------
+# Tiny JPEGs made with PIL (python3-pil: run this script with the system's
+# python3 if another one lacks it) and PNGs written by png() below, which
+# covers what PIL cannot write (Adam7 interlacing, 16-bit colour).
+
+def pixels(width, height, channels, seed, depth=8):
+    """A smooth gradient with a little noise, so that JPEGs stay small."""
+    rng = random.Random(seed)
+    top = (1 << depth) - 1
+    return [[min(top, max(0, (x * 7 + y * 5 + c * 60) * top // 400 + rng.randint(-top // 40, top // 40)))
+             for x in range(width) for c in range(channels)] for y in range(height)]
+
+
+def jpeg(mode, width, height, seed, **options):
+    from PIL import Image  # only here: the other seeds need no PIL
+    channels = {"L": 1, "RGB": 3, "CMYK": 4}[mode]
+    rows = pixels(width, height, channels, seed)
+    image = Image.frombytes(mode, (width, height), bytes(v for row in rows for v in row))
+    out = io.BytesIO()
+    image.save(out, "JPEG", **options)
+    return out.getvalue()
+
+
+def png(color_type, depth, width, height, seed, interlace=False, palette_size=0):
+    """A PNG of colour type 0 (grey), 2 (RGB), 3 (palette), 4 (grey+alpha) or
+    6 (RGBA), any bit depth the type allows, Adam7-interlaced on request."""
+    channels = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}[color_type]
+    rows = pixels(width, height, channels, seed, depth)
+    if color_type == 3:
+        rows = [[v % palette_size for v in row] for row in rows]
+
+    def pack(row):  # one row of samples, filter type 0
+        if depth == 16:
+            return b"\0" + b"".join(struct.pack(">H", v) for v in row)
+        if depth == 8:
+            return b"\0" + bytes(row)
+        bits = "".join(format(v, "0%db" % depth) for v in row)
+        bits += "0" * (-len(bits) % 8)
+        return b"\0" + bytes(int(bits[i:i + 8], 2) for i in range(0, len(bits), 8))
+
+    def pixel_row(y, xs):
+        return [v for x in xs for v in rows[y][x * channels:(x + 1) * channels]]
+
+    if interlace:
+        raw = b""
+        for x0, y0, dx, dy in ((0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4),
+                               (1, 0, 2, 2), (0, 1, 1, 2)):
+            xs = range(x0, width, dx)
+            if len(xs):
+                raw += b"".join(pack(pixel_row(y, xs)) for y in range(y0, height, dy))
+    else:
+        raw = b"".join(pack(pixel_row(y, range(width))) for y in range(height))
+
+    def chunk(kind, body):
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    out = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, depth, color_type, 0, 0,
+                                                           int(interlace)))
+    if color_type == 3:
+        out += chunk(b"PLTE", bytes((i * 40 + c * 90) % 256 for i in range(palette_size) for c in range(3)))
+        out += chunk(b"tRNS", bytes(255 - 30 * i for i in range(min(palette_size, 4))))
+    return out + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
+
+
+images = {
+    "jpeg_baseline": jpeg("RGB", 40, 36, 1, quality=60),
+    "jpeg_progressive": jpeg("RGB", 36, 34, 2, quality=60, progressive=True),
+    "jpeg_grey": jpeg("L", 37, 35, 3, quality=70),
+    "jpeg_cmyk": jpeg("CMYK", 18, 17, 4, quality=50),
+    "jpeg_444": jpeg("RGB", 20, 9, 5, quality=80, subsampling=0),
+    "png_rgb": png(2, 8, 12, 11, 6),
+    "png_palette": png(3, 4, 13, 9, 7, palette_size=10),
+    "png_grey_alpha": png(4, 8, 10, 12, 8),
+    "png_rgb16": png(2, 16, 9, 7, 9),
+    "png_interlaced": png(2, 8, 11, 10, 10, interlace=True),
+    "png_grey1": png(0, 1, 19, 5, 11),
+}
+for name, data in images.items():
+    assert len(data) < 4096, (name, len(data))
+
+# image_decode: 8 bytes choosing the decode (image_decode_fuzz.cpp), then
+# the file: each image whole, and a DCT-scaled or training crop of it.
+for name, data in images.items():
+    put("image_decode", name + "_whole", bytes([0, 15, 0, 0, 255, 255, 0, 0]) + data)
+    put("image_decode", name + "_crop", bytes([0x07 if name.startswith("jpeg") else 0x01,
+                                               7, 64, 32, 160, 200, 0x35, 0x21]) + data)
+
+
+def shard(records, classes, number=0, shards=1):
+    """A packed image shard (Note [Packed image format] in
+    include/ddp/data/packed_images.h) of (jpeg bytes, label, width, height)."""
+    body, table = b"", b""
+    for i, (data, label, width, height) in enumerate(records):
+        offset = 64 + len(body)
+        body += data + b"\0" * (-len(data) % 8)
+        table += struct.pack("<QIIqiHH", offset, len(data), zlib.crc32(data), 10 + i, label, width, height)
+    header = b"DDPIMG1\n" + struct.pack("<IIIIQQII", 1, number, shards, classes, len(records), 64 + len(body),
+                                        500, 90) + bytes(12)
+    header += struct.pack("<I", zlib.crc32(header))
+    return header + body + table + struct.pack("<I", zlib.crc32(table)) + b"DDPEND1\n"
+
+
+# packed_images: 1 byte choosing the checksum fixes and policy
+# (packed_images_fuzz.cpp), then the shard.
+put("packed_images", "two_records", b"\0" + shard(
+    [(images["jpeg_baseline"], 1, 40, 36), (images["jpeg_grey"], 0, 37, 35)], 2))
+put("packed_images", "png_record_skip", b"\x08" + shard([(images["png_palette"], 2, 13, 9)], 3, 1, 2))
+put("packed_images", "empty", b"\0" + shard([], 1))
