@@ -33,7 +33,8 @@
 #   --out FILE        the pack (default: .gpu/pack.tar.xz; .gpu/ is git-ignored
 #                     locally by this script)
 #   --level N         xz compression level, 0-9 (default 9; tests use 0)
-#   --max-mib N       refuse a pack larger than this (default 40)
+#   --max-mib N       refuse a pack larger than this (default 56: the device
+#                     tool carries 64 MiB in all, and the pack is most of it)
 #   --allow-dirty     pack even when tracked files differ from HEAD (the
 #                     MANIFEST then says dirty); for tests of a work tree
 # Exit status: 0 when packed, 1 when refused, 2 for a bad command line.
@@ -42,7 +43,7 @@ set -euo pipefail
 usage() { sed -n '2,/^# Exit status/p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 die() { echo "gpu_pack: $*" >&2; exit 1; }
 
-BUILD_DIR=build OUT_FILE=.gpu/pack.tar.xz LEVEL=9 MAX_MIB=40 ALLOW_DIRTY=0
+BUILD_DIR=build OUT_FILE=.gpu/pack.tar.xz LEVEL=9 MAX_MIB=56 ALLOW_DIRTY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --build-dir) BUILD_DIR=${2:?--build-dir needs a folder}; shift ;;
@@ -155,6 +156,21 @@ for exe in "${programs[@]}" "$LIBDDP"; do
     esac
   done < <(ldd "$exe" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}')
 done
+# libnvjpeg (about 3 MiB of the pack): libddp opens it at first use (Note
+# [Loading nvJPEG]), so ldd does not list it, and PyTorch's wheels do not
+# bring it. It goes to lib/, which gpu_check puts on the library path.
+if grep -q -- '-DDDP_HAVE_NVJPEG=1' "$B/build.ninja" 2>/dev/null; then
+  nvjpeg_inc=$(sed -n 's/^NVJPEG_INCLUDE_DIR:PATH=//p' "$B/CMakeCache.txt")
+  nvjpeg=$(ls "$nvjpeg_inc"/../lib/libnvjpeg.so.[0-9]* "$nvjpeg_inc"/../lib64/libnvjpeg.so.[0-9]* 2>/dev/null |
+           head -n 1 || true)
+  if [ -n "$nvjpeg" ]; then
+    name=$(objdump -p "$(realpath "$nvjpeg")" | awk '/SONAME/ {print $2}')
+    cp -L "$nvjpeg" "$P/lib/$name"
+    packed[$name]=$(realpath "$nvjpeg")
+  else
+    echo "gpu_pack: note: the build has the nvJPEG decoder but no libnvjpeg was found beside $nvjpeg_inc: not packed" >&2
+  fi
+fi
 
 # ---- the fallback build's headers --------------------------------------------------------
 # Headers, pkg-config and CMake files of the build's dependencies; their

@@ -55,6 +55,26 @@ elif ! /usr/bin/python3 -c "import cudnn" 2>/dev/null; then
     --no-deps "nvidia-cudnn-frontend>=1.12,<2"
 fi
 
+# PyPI: nvJPEG (header and library) of the toolkit's CUDA version, for the
+# optional GPU decoder of the image datasets (DDP_WITH_NVJPEG,
+# cmake/DdpNvjpeg.cmake finds the header in the wheel; libddp opens the
+# library at run time). CUDA 13's wheel is nvidia-nvjpeg 13.x, CUDA 12's
+# nvidia-nvjpeg-cu12 12.x.
+if [ -x /usr/local/cuda/bin/nvcc ]; then
+  cuda_ver=$(/usr/local/cuda/bin/nvcc --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
+  nvjpeg_wheel=nvidia-nvjpeg
+  [ "${cuda_ver%%.*}" = 12 ] && nvjpeg_wheel=nvidia-nvjpeg-cu12
+  if [ -n "$cuda_ver" ] && ! /usr/bin/python3 -m pip show "$nvjpeg_wheel" > /dev/null 2>&1; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "install_deps: the Python package $nvjpeg_wheel is missing; run this script as root" >&2
+      exit 1
+    fi
+    echo "install_deps: installing $nvjpeg_wheel==$cuda_ver.* from PyPI"
+    /usr/bin/python3 -m pip install --quiet --break-system-packages --root-user-action=ignore \
+      --no-deps "$nvjpeg_wheel==$cuda_ver.*"
+  fi
+fi
+
 # PyPI: TensorBoard, whose event reader tests/metrics/tensorboard_readback.py
 # uses to check the trainers' event files. Installed for Debian's
 # /usr/bin/python3 (the interpreter CTest runs), system-wide, hence

@@ -54,6 +54,12 @@ class EncodedImageDataset : public Dataset {
   // error messages (which name them).
   int64_t bad_count() const;
   std::vector<std::string> bad_images() const;
+  // The encoded bytes and the name of an example, for a decoder elsewhere
+  // (DeviceDecodeLoader, ddp/data/device_decode.h).
+  std::span<const uint8_t> encoded_bytes(int64_t index, std::vector<uint8_t>& buffer) const {
+    return encoded(index, buffer);
+  }
+  std::string name_of(int64_t index) const { return example_name(index); }
 
  protected:
   EncodedImageDataset(ImageTransform transform, BadImagePolicy policy,
