@@ -139,8 +139,18 @@ ddp_example_test(examples.train_resnet.single.imagefolder_flat
        --model resnet20 --image-size 32 --batch-size 4 --epochs 1 --holdout-every 3
   EXPECT_REGEX "test accuracy [0-9.]+%  test loss [0-9.]+  .6 images."
   JSON_KEYS ${_ddp_ex_resnet_keys} JSON_EQUALS world_size=1 steps=3)
+# --decode-device cuda with no GPU visible (CUDA_VISIBLE_DEVICES=-1, so the
+# same on GPU machines): refused before any data or model work, exit 2,
+# naming the flag and what device decoding lacks here.
+ddp_example_test(examples.train_resnet.single.decode_device_without_gpu
+  LABELS unit ENV ${_ddp_ex_gloo_env} CUDA_VISIBLE_DEVICES=-1
+  CMD1 $<TARGET_FILE:train_resnet> --data imagefolder:${DDP_IMAGE_TEST_FOLDER} --model resnet20
+       --image-size 32 --batch-size 6 --epochs 1 --decode-device cuda
+  EXPECT_RC 2
+  EXPECT_REGEX "--decode-device cuda: needs a GPU, but this rank runs on cpu; (libddp was built without nvJPEG|no usable GPU|nvJPEG: )")
 set_tests_properties(examples.train_resnet.single.imagefolder
                      examples.train_resnet.single.imagefolder_flat
+                     examples.train_resnet.single.decode_device_without_gpu
                      PROPERTIES FIXTURES_REQUIRED image_folder)
 
 # ---- bad command lines: exit 2, naming the flag -----------------------------
@@ -157,6 +167,8 @@ set(_ddp_ex_bad_flags
   "resnet_memory_format_conflict|train_resnet|--channels-last|--memory-format|contiguous|--channels-last: contradicts --memory-format contiguous"
   "resnet_bad_data|train_resnet|--data|imagefolder:|--data: 'imagefolder:' is not one of fashion-mnist, cifar10, synthetic, imagefolder:PATH, packed:PATH"
   "resnet_holdout_without_images|train_resnet|--holdout-every|5|--holdout-every: only for --data imagefolder:PATH"
+  "resnet_decode_device_without_images|train_resnet|--decode-device|cuda|--data|fashion-mnist|--decode-device cuda: only for --data imagefolder:PATH or packed:PATH"
+  "resnet_bad_decode_device|train_resnet|--decode-device|bogus|--decode-device: 'bogus' is not one of cpu, cuda"
   "gpt_bad_accum|train_gpt|--grad-accum|0|--grad-accum: '0' is below the minimum 1"
   "gpt_custom_without_sizes|train_gpt|--model|custom|--model custom: needs --n-layer"
   "gpt_bad_number|train_gpt|--lr|fast|--lr: 'fast' is not a finite number"

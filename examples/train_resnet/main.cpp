@@ -24,6 +24,7 @@
 #include "ddp/amp/autocast.h"
 #include "ddp/amp/grad_scaler.h"
 #include "ddp/data/data.h"
+#include "ddp/data/device_decode.h"
 #include "ddp/io/checkpoint.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/nn/functional/layout_conversions.h"
@@ -204,6 +205,26 @@ bool use_channels_last(const Options& o, const Device& device) {
   return o.memory_format == "channels-last";
 }
 
+// --decode-device cuda needs this rank on a GPU: without one it is a usage
+// error, exit 2 naming the flag, as per_rank_batch's (rank 0 says why,
+// with what device decoding lacks here). With a GPU but without nvJPEG it
+// raises DeviceDecodeLoader's reason. Checked before any data or model work.
+bool decode_device_usable(const Options& o, const dist::World& world) {
+  if (o.decode_device != data::DecodeDevice::cuda) return true;
+  const std::string why =
+      data::device_decode_unavailable_reason(world.device.is_cuda() ? world.device.index : 0);
+  if (!world.device.is_cuda()) {
+    if (world.rank() == 0)
+      std::fprintf(stderr,
+                   "train_resnet: --decode-device cuda: needs a GPU, but this rank runs on %s%s\n",
+                   world.device.str().c_str(), why.empty() ? "" : ("; " + why).c_str());
+    return false;
+  }
+  if (!why.empty())
+    throw DeviceError("--decode-device cuda: cannot decode on " + world.device.str() + ": " + why);
+  return true;
+}
+
 int run(const Options& o) {
   examples::Stopwatch total_clock;
   dist::World world = examples::join_job(o.backend);
@@ -213,6 +234,7 @@ int run(const Options& o) {
   const auto batch_or = examples::per_rank_batch(o.batch_size, world, 1, "train_resnet");
   if (!batch_or) return 2;
   const int64_t local_batch = *batch_or;
+  if (!decode_device_usable(o, world)) return 2;
   // Before any data or model work: a taken port or an unwritable folder
   // stops every rank now (Note [Monitoring starts on every rank or on none]).
   examples::Monitor monitor({.metrics_port = o.metrics_port, .job_name = o.job_name,
@@ -262,10 +284,27 @@ int run(const Options& o) {
 
   auto sampler = std::make_shared<data::DistributedSampler>(d.train->size(), world_size, rank,
                                                             /*shuffle=*/true, uint64_t(o.seed));
-  data::DataLoader loader(d.train, {.batch_size = local_batch, .num_workers = int(o.workers),
-                                    .seed = uint64_t(o.seed), .device = world.device},
-                          sampler, d.train_transforms);
-  const int64_t steps_per_epoch = loader.size();
+  // The training loader: the CPU pipeline, or with --decode-device cuda the
+  // GPU decoder over the same options and sampler (the same batches, crops
+  // and flips; docs/data.md). train_epochs below takes either.
+  const data::LoaderOptions train_options{.batch_size = local_batch, .num_workers = int(o.workers),
+                                          .seed = uint64_t(o.seed), .device = world.device};
+  std::optional<data::DataLoader> cpu_loader;
+  std::optional<data::DeviceDecodeLoader> gpu_loader;
+  if (o.decode_device == data::DecodeDevice::cuda) {
+    // The image datasets transform while decoding; the GPU path has no
+    // place for a transform after it.
+    if (!d.train_transforms.empty())
+      throw ValueError("--decode-device cuda: the training data has extra transforms, which only "
+                       "the CPU loader applies");
+    gpu_loader.emplace(std::static_pointer_cast<const data::EncodedImageDataset>(d.train),
+                       train_options, sampler);
+    if (lead)
+      std::printf("decoding training images on the GPU: %s\n", gpu_loader->describe().c_str());
+  } else {
+    cpu_loader.emplace(d.train, train_options, sampler, d.train_transforms);
+  }
+  const int64_t steps_per_epoch = gpu_loader ? gpu_loader->size() : cpu_loader->size();
   const int64_t schedule_steps = steps_per_epoch * o.epochs;
   const int64_t stop_step =
       o.max_steps > 0 ? std::min(o.max_steps, schedule_steps) : schedule_steps;
@@ -333,97 +372,105 @@ int run(const Options& o) {
                 (long long)(stop_step - step), (long long)steps_per_epoch, (long long)o.epochs,
                 (long long)warmup);
   interval_clock.reset();
-  for (int64_t epoch = step / steps_per_epoch; epoch < o.epochs && step < stop_step; ++epoch) {
-    loader.set_epoch(epoch);
-    int64_t skip = step - epoch * steps_per_epoch;  // batches already done before a resume
-    train_clock.reset();
-    step_clock.reset();
-    wait_clock.reset();
-    for (const data::Batch& b : loader) {
-      interval_stall_s += wait_clock.seconds();  // the data stall: next() kept the step waiting
-      if (skip > 0) { --skip; continue; }
-      const int64_t conversions_before = F::layout_conversion_count();
-      Tensor x = channels_last ? F::to_channels_last(b.input) : b.input;
-      Tensor loss;
-      {
-        std::optional<amp::Autocast> autocast;
-        if (auto dt = amp_dtype(o.amp)) autocast.emplace(world.device, *dt);
-        loss = F::cross_entropy(ddp_model(x), b.target);
-      }
-      opt.zero_grad();
-      scaler.scale(loss).backward();
-      const auto backward_end = examples::Monitor::Clock::now();
-      scaler.step(opt);
-      scaler.update();
-      conversions += F::layout_conversion_count() - conversions_before;
-      sched.step();
-      ++step;
-      monitor.step_done(step_clock.seconds(), ddp_model.reducer().last_timeline(), backward_end);
+  // The epochs, over either loader type (the data stall and the loader's
+  // rate are measured the same way for both).
+  auto train_epochs = [&](auto& loader) {
+    for (int64_t epoch = step / steps_per_epoch; epoch < o.epochs && step < stop_step; ++epoch) {
+      loader.set_epoch(epoch);
+      int64_t skip = step - epoch * steps_per_epoch;  // batches already done before a resume
+      train_clock.reset();
       step_clock.reset();
-      {
-        NoGradGuard no_grad;
-        loss_acc.add_(loss.detach().to(kFloat32));
+      wait_clock.reset();
+      for (const data::Batch& b : loader) {
+        interval_stall_s += wait_clock.seconds();  // the data stall: next() kept the step waiting
+        if (skip > 0) { --skip; continue; }
+        const int64_t conversions_before = F::layout_conversion_count();
+        Tensor x = channels_last ? F::to_channels_last(b.input) : b.input;
+        Tensor loss;
+        {
+          std::optional<amp::Autocast> autocast;
+          if (auto dt = amp_dtype(o.amp)) autocast.emplace(world.device, *dt);
+          loss = F::cross_entropy(ddp_model(x), b.target);
+        }
+        opt.zero_grad();
+        scaler.scale(loss).backward();
+        const auto backward_end = examples::Monitor::Clock::now();
+        scaler.step(opt);
+        scaler.update();
+        conversions += F::layout_conversion_count() - conversions_before;
+        sched.step();
+        ++step;
+        monitor.step_done(step_clock.seconds(), ddp_model.reducer().last_timeline(), backward_end);
+        step_clock.reset();
+        {
+          NoGradGuard no_grad;
+          loss_acc.add_(loss.detach().to(kFloat32));
+        }
+        ++acc_steps;
+        const bool last = step == stop_step || step % steps_per_epoch == 0;
+        if (step % o.log_every == 0 || last) {
+          auto sums = examples::allreduce_sum(world, {double(loss_acc.item<float>()), double(acc_steps)});
+          loss_acc.zero_();
+          acc_steps = 0;
+          const double mean_loss = sums[0] / std::max(1.0, sums[1]);
+          const double dt = interval_clock.seconds();
+          const double rate = double((step - interval_start) * o.batch_size) / std::max(dt, 1e-9);
+          interval_clock.reset();
+          const int64_t interval_start_prev = interval_start;
+          interval_start = step;
+          const double elapsed = train_s + train_clock.seconds();
+          const double eta = elapsed / double(step - first_step) * double(stop_step - step);
+          const double lr = opt.param_groups()[0].lr.value_or(o.lr);
+          const double memory_mib = examples::peak_memory_mib(world.device);
+          const double stall = interval_stall_s / double(std::max<int64_t>(1, step - interval_start_prev));
+          interval_stall_s = 0;
+          const data::LoaderStats ls = loader.stats();
+          const double loader_rate =
+              ls.build_seconds > 0 ? double(ls.examples) / ls.build_seconds *
+                                         double(std::max<int64_t>(1, o.workers)) * world_size
+                                   : 0.0;
+          monitor.logged(step, mean_loss, lr, rate, "images_per_s", rate, memory_mib);
+          if (lead) {
+            examples::print_progress({.epoch = epoch + 1, .epochs = o.epochs, .step = step,
+                                      .total_steps = stop_step, .loss = mean_loss, .lr = lr,
+                                      .rate = rate, .eta_s = eta, .data_stall_s = stall,
+                                      .loader_rate = loader_rate});
+            metrics.write(JsonObject()
+                              .add("step", step)
+                              .add("epoch", double(step) / double(steps_per_epoch))
+                              .add("loss", mean_loss)
+                              .add("lr", lr)
+                              .add("images_per_s", rate)
+                              .add("data_stall_s", stall)
+                              .add("loader_images_per_s", loader_rate)
+                              .add("loss_scale", scaler.get_scale())
+                              .add("memory_mib", memory_mib));
+          }
+        }
+        if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch);
+        if (step >= stop_step) break;
+        wait_clock.reset();
       }
-      ++acc_steps;
-      const bool last = step == stop_step || step % steps_per_epoch == 0;
-      if (step % o.log_every == 0 || last) {
-        auto sums = examples::allreduce_sum(world, {double(loss_acc.item<float>()), double(acc_steps)});
-        loss_acc.zero_();
-        acc_steps = 0;
-        const double mean_loss = sums[0] / std::max(1.0, sums[1]);
-        const double dt = interval_clock.seconds();
-        const double rate = double((step - interval_start) * o.batch_size) / std::max(dt, 1e-9);
-        interval_clock.reset();
-        const int64_t interval_start_prev = interval_start;
-        interval_start = step;
-        const double elapsed = train_s + train_clock.seconds();
-        const double eta = elapsed / double(step - first_step) * double(stop_step - step);
-        const double lr = opt.param_groups()[0].lr.value_or(o.lr);
-        const double memory_mib = examples::peak_memory_mib(world.device);
-        const double stall = interval_stall_s / double(std::max<int64_t>(1, step - interval_start_prev));
-        interval_stall_s = 0;
-        const data::LoaderStats ls = loader.stats();
-        const double loader_rate =
-            ls.build_seconds > 0 ? double(ls.examples) / ls.build_seconds *
-                                       double(std::max<int64_t>(1, o.workers)) * world_size
-                                 : 0.0;
-        monitor.logged(step, mean_loss, lr, rate, "images_per_s", rate, memory_mib);
+      train_s += train_clock.seconds();
+      if (step % steps_per_epoch == 0) {  // a whole epoch: report test accuracy
+        examples::Stopwatch eval_clock;
+        result = evaluate(*model, d, o, channels_last, world);
+        interval_clock.exclude(eval_clock.seconds());
+        monitor.scalar("test/accuracy", result->accuracy, step);
+        monitor.scalar("test/loss", result->loss, step);
         if (lead) {
-          examples::print_progress({.epoch = epoch + 1, .epochs = o.epochs, .step = step,
-                                    .total_steps = stop_step, .loss = mean_loss, .lr = lr,
-                                    .rate = rate, .eta_s = eta, .data_stall_s = stall,
-                                    .loader_rate = loader_rate});
-          metrics.write(JsonObject()
-                            .add("step", step)
-                            .add("epoch", double(step) / double(steps_per_epoch))
-                            .add("loss", mean_loss)
-                            .add("lr", lr)
-                            .add("images_per_s", rate)
-                            .add("data_stall_s", stall)
-                            .add("loader_images_per_s", loader_rate)
-                            .add("loss_scale", scaler.get_scale())
-                            .add("memory_mib", memory_mib));
+          std::printf("epoch %lld: test accuracy %.2f%%  test loss %.4f  (%lld images)\n",
+                      (long long)(epoch + 1), 100 * result->accuracy, result->loss,
+                      (long long)result->examples);
+          std::fflush(stdout);
         }
       }
-      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch);
-      if (step >= stop_step) break;
-      wait_clock.reset();
     }
-    train_s += train_clock.seconds();
-    if (step % steps_per_epoch == 0) {  // a whole epoch: report test accuracy
-      examples::Stopwatch eval_clock;
-      result = evaluate(*model, d, o, channels_last, world);
-      interval_clock.exclude(eval_clock.seconds());
-      monitor.scalar("test/accuracy", result->accuracy, step);
-      monitor.scalar("test/loss", result->loss, step);
-      if (lead) {
-        std::printf("epoch %lld: test accuracy %.2f%%  test loss %.4f  (%lld images)\n",
-                    (long long)(epoch + 1), 100 * result->accuracy, result->loss,
-                    (long long)result->examples);
-        std::fflush(stdout);
-      }
-    }
-  }
+  };
+  if (gpu_loader)
+    train_epochs(*gpu_loader);
+  else
+    train_epochs(*cpu_loader);
   if (step > first_step && step % steps_per_epoch != 0) {
     result = evaluate(*model, d, o, channels_last, world);
     monitor.scalar("test/accuracy", result->accuracy, step);
@@ -438,6 +485,10 @@ int run(const Options& o) {
     std::printf("done: %lld steps, test accuracy %.2f%%, %.0f images/s, training %s, total %s\n",
                 (long long)step, 100 * result->accuracy, images_per_s,
                 examples::format_duration(train_s).c_str(), examples::format_duration(total_s).c_str());
+    if (gpu_loader)
+      std::printf("GPU decoding: rank 0 decoded %lld training images on the CPU (PNG, greyscale, "
+                  "CMYK or refused by nvJPEG)\n",
+                  (long long)gpu_loader->cpu_decoded());
     if (powersgd)
       std::printf("powersgd: %.2fx fewer gradient elements sent in the compressed steps (%lld -> %lld)\n",
                   powersgd->compression_rate(), (long long)powersgd->numel_before_compression(),

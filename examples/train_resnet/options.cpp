@@ -1,6 +1,7 @@
 #include "train_resnet/options.h"
 
 #include "common/cli.h"
+#include "ddp/core/error.h"
 
 namespace train_resnet {
 
@@ -39,6 +40,18 @@ Options parse_options(int argc, char** argv) {
   cli.add_flag("--no-dct-scaling", &o.no_dct_scaling,
                "imagefolder/packed: decode JPEGs at full size (PIL's exact pixels), never at "
                "1/2, 1/4 or 1/8");
+  cli.add_value("--decode-device", "cpu|cuda",
+                "imagefolder/packed: where the training JPEGs are decoded; cuda: by nvJPEG on the "
+                "GPU, at full size (needs a GPU and libnvjpeg; docs/data.md). Evaluation stays "
+                "on the CPU loader; the loader rate then counts reading and crop drawing",
+                "cpu", [&o](const std::string& v) -> std::string {
+                  try {
+                    o.decode_device = ddp::data::parse_decode_device(v);
+                  } catch (const ddp::ValueError&) {
+                    return "'" + v + "' is not one of cpu, cuda";
+                  }
+                  return "";
+                });
   cli.add_int("--epochs", &o.epochs, "passes over the training set; sets the lr schedule", 1);
   cli.add_int("--max-steps", &o.max_steps,
               "stop after this many optimizer steps in total (0: no limit; the schedule keeps "
@@ -100,6 +113,9 @@ Options parse_options(int argc, char** argv) {
     cli.fail("--holdout-every: only for --data imagefolder:PATH");
   if (!is_image_data(o.data) && o.no_dct_scaling)
     cli.fail("--no-dct-scaling: only for --data imagefolder:PATH or packed:PATH");
+  // Whether this rank has a GPU is known once the job is joined (run() checks).
+  if (!is_image_data(o.data) && o.decode_device == ddp::data::DecodeDevice::cuda)
+    cli.fail("--decode-device cuda: only for --data imagefolder:PATH or packed:PATH");
   if (o.comm_hook != "powersgd" && (cli.given("--powersgd-rank") || cli.given("--powersgd-start-iter")))
     cli.fail("--powersgd-rank, --powersgd-start-iter: need --comm-hook powersgd");
   return o;

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "ddp/data/device_decode.h"
+
 namespace train_resnet {
 
 struct Options {
@@ -12,6 +14,8 @@ struct Options {
   std::string data_dir;            // empty: the default folder of --data
   int64_t holdout_every = 10;      // imagefolder: without PATH/val, the test part
   bool no_dct_scaling = false;     // imagefolder/packed: decode every JPEG at full size
+  // imagefolder/packed: cuda decodes the training JPEGs on the GPU (DeviceDecodeLoader)
+  ddp::data::DecodeDevice decode_device = ddp::data::DecodeDevice::cpu;
   int64_t epochs = 2;
   int64_t max_steps = 0;           // 0: run every epoch
   int64_t batch_size = 128;        // global, over all ranks
