@@ -97,8 +97,9 @@ foreach(backend IN LISTS _launchers)
 endforeach()
 
 # PowerSGD's per-rank error memory and Q, and the rebuilt bucket plan, are in
-# the checkpoint (Note [Per-rank checkpoint sections]): the resumed run's
-# compressed steps retrace the reference's losses.
+# the checkpoint (Note [Per-rank checkpoint sections]), written in the
+# background every 2 steps (--async-checkpoint: the ranks agree through the
+# store): the resumed run's compressed steps retrace the reference's losses.
 if(DDP_HAVE_GLOO AND TARGET ddprun)
   set(dir ${_ddp_ex_work}/resnet_powersgd)
   set(_psgd --comm-hook powersgd --powersgd-start-iter 2 --backend gloo)
@@ -108,7 +109,8 @@ if(DDP_HAVE_GLOO AND TARGET ddprun)
          --metrics ${dir}.reference.jsonl ${_psgd}
     COMPARE_METRICS "${dir}.reference.jsonl|${dir}.jsonl"
     CMD1 ${_ddp_ex_launch_gloo} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 4
-         --checkpoint-dir ${dir} --metrics ${dir}.jsonl ${_psgd}
+         --checkpoint-dir ${dir} --metrics ${dir}.jsonl --async-checkpoint --checkpoint-every 2
+         ${_psgd}
     CMD2 ${_ddp_ex_launch_gloo} $<TARGET_FILE:train_resnet> ${_ddp_ex_resnet_args} --max-steps 6
          --checkpoint-dir ${dir} --metrics ${dir}.jsonl --resume ${_psgd}
     EXPECT_REGEX "comm hook: powersgd.*resumed from step 4 .*step 6/6 "

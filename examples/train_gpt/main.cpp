@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "common/checkpoint_saver.h"
 #include "common/metrics.h"
 #include "common/monitoring.h"
 #include "common/trainer_util.h"
@@ -264,15 +265,20 @@ int run(const Options& o) {
     }
   }
   const int64_t first_step = step;
-  auto save = [&](int64_t epoch) {
-    io::save_checkpoint(o.checkpoint_dir, ckpt,
-                        parallel::checkpoint_save_options(world.group, {.epoch = epoch, .step = step,
-                         .metadata = {{"model", o.model},
+  examples::CheckpointSaver saver(world, o.async_checkpoint, ckpt);
+  auto save = [&](int64_t epoch, bool last) {
+    saver.save(o.checkpoint_dir, ckpt,
+               {.epoch = epoch, .step = step,
+                .metadata = {{"model", o.model},
                                       {"global_batch", std::to_string(o.batch_size)},
-                                      {"world_size", std::to_string(world_size)}}}));
-    world.group->barrier()->wait();  // nobody reads or exits before rank 0 is done
-    if (lead) std::printf("saved checkpoint at step %lld to %s\n", (long long)step,
-                          o.checkpoint_dir.c_str());
+                                      {"world_size", std::to_string(world_size)}}}, last);
+    if (!lead) return;
+    if (saver.async() && !last)
+      std::printf("checkpoint of step %lld being written to %s (the step waited %.3f s)\n",
+                  (long long)step, o.checkpoint_dir.c_str(), saver.last_stall_s());
+    else
+      std::printf("saved checkpoint at step %lld to %s\n", (long long)step,
+                  o.checkpoint_dir.c_str());
   };
 
   examples::MetricsFile metrics(o.metrics, rank, /*append=*/step > 0);
@@ -359,7 +365,7 @@ int run(const Options& o) {
                             .add("memory_mib", memory_mib));
         }
       }
-      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch);
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch, false);
       if (o.eval_every > 0 && step % o.eval_every == 0 && step < stop_step) {
         train_s += train_clock.seconds();
         examples::Stopwatch eval_clock;
@@ -375,7 +381,7 @@ int run(const Options& o) {
   }
   val_loss = validate(*model, val, o, micro, world);
   monitor.scalar("val/loss", *val_loss, step);
-  if (!o.checkpoint_dir.empty() && step > first_step) save(step / steps_per_epoch);
+  if (!o.checkpoint_dir.empty() && step > first_step) save(step / steps_per_epoch, true);
 
   const double tokens_per_s =
       train_s > 0 ? double((step - first_step) * tokens_per_step) / train_s : 0;

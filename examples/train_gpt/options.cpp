@@ -46,6 +46,9 @@ Options parse_options(int argc, char** argv) {
                  "mpi under mpirun, else gloo)", {"", "nccl", "gloo", "mpi"});
   cli.add_string("--checkpoint-dir", &o.checkpoint_dir, "save a checkpoint here at the end");
   cli.add_int("--checkpoint-every", &o.checkpoint_every, "also save every N steps (0: only at the end)", 0);
+  cli.add_flag("--async-checkpoint", &o.async_checkpoint,
+               "write checkpoints in the background: a step waits only for a copy of the state in "
+               "memory (docs/checkpoints.md)");
   cli.add_flag("--resume", &o.resume, "continue from the checkpoint in --checkpoint-dir if there is one");
   cli.add_string("--metrics", &o.metrics, "write one JSON line per logged step to this file");
   cli.add_int("--metrics-port", &o.metrics_port,
@@ -80,6 +83,7 @@ Options parse_options(int argc, char** argv) {
   if (o.model == "custom" && (o.n_layer == 0 || o.n_head == 0 || o.n_embd == 0 || o.block_size == 0))
     cli.fail("--model custom: needs --n-layer, --n-head, --n-embd and --block-size");
   if (o.resume && o.checkpoint_dir.empty()) cli.fail("--resume: needs --checkpoint-dir");
+  if (o.async_checkpoint && o.checkpoint_dir.empty()) cli.fail("--async-checkpoint: needs --checkpoint-dir");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     cli.fail("--checkpoint-every: needs --checkpoint-dir");
   if (o.dropout >= 1) cli.fail("--dropout: must be below 1");

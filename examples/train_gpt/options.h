@@ -28,6 +28,7 @@ struct Options {
   std::string backend;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;
+  bool async_checkpoint = false;   // write checkpoints in the background
   bool resume = false;
   std::string metrics;
   int64_t metrics_port = 0;       // 0: off; rank r serves PORT + local rank

@@ -82,6 +82,9 @@ Options parse_options(int argc, char** argv) {
                  "mpi under mpirun, else gloo)", {"", "nccl", "gloo", "mpi"});
   cli.add_string("--checkpoint-dir", &o.checkpoint_dir, "save a checkpoint here at the end");
   cli.add_int("--checkpoint-every", &o.checkpoint_every, "also save every N steps (0: only at the end)", 0);
+  cli.add_flag("--async-checkpoint", &o.async_checkpoint,
+               "write checkpoints in the background: a step waits only for a copy of the state in "
+               "memory (docs/checkpoints.md)");
   cli.add_flag("--resume", &o.resume, "continue from the checkpoint in --checkpoint-dir if there is one");
   cli.add_string("--metrics", &o.metrics, "write one JSON line per logged step to this file");
   cli.add_int("--metrics-port", &o.metrics_port,
@@ -105,6 +108,7 @@ Options parse_options(int argc, char** argv) {
   if (o.metrics_port > 65535) cli.fail("--metrics-port: " + std::to_string(o.metrics_port) + " is above 65535");
   if (cli.given("--job-name") && o.metrics_port == 0) cli.fail("--job-name: needs --metrics-port");
   if (o.resume && o.checkpoint_dir.empty()) cli.fail("--resume: needs --checkpoint-dir");
+  if (o.async_checkpoint && o.checkpoint_dir.empty()) cli.fail("--async-checkpoint: needs --checkpoint-dir");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())
     cli.fail("--checkpoint-every: needs --checkpoint-dir");
   if (o.data != "synthetic" && !is_image_data(o.data) && cli.given("--image-size"))

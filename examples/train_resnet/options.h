@@ -35,6 +35,7 @@ struct Options {
   std::string backend;             // empty: the device's default
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;    // steps; 0: only at the end
+  bool async_checkpoint = false;   // write checkpoints in the background
   bool resume = false;
   std::string metrics;
   int64_t metrics_port = 0;       // 0: off; rank r serves PORT + local rank

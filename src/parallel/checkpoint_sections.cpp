@@ -49,6 +49,27 @@ io::Exchange checkpoint_exchange(std::shared_ptr<dist::ProcessGroup> group, Devi
   };
 }
 
+io::Exchange checkpoint_store_exchange(std::shared_ptr<dist::Store> store, int rank,
+                                       int world_size, const std::string& prefix) {
+  DDP_CHECK(store != nullptr, "checkpoint_store_exchange: the store is null");
+  DDP_CHECK(world_size >= 1 && rank >= 0 && rank < world_size,
+            "checkpoint_store_exchange: rank {} is not in a world of size {}", rank, world_size);
+  auto round = std::make_shared<int64_t>(0);
+  return [store, rank, world_size, prefix, round](const std::string& mine) {
+    auto key = [&](int64_t n, int r) { return fmt::format("{}{}/{}", prefix, n, r); };
+    const int64_t n = (*round)++;
+    store->set(key(n, rank), mine);
+    std::vector<std::string> keys, out;
+    for (int r = 0; r < world_size; ++r) keys.push_back(key(n, r));
+    store->wait(keys);
+    for (const std::string& k : keys) out.push_back(store->get_string(k));
+    // Every rank has read round n - 2: it set its key of round n - 1 after
+    // that, and this rank has now seen all of those.
+    if (n >= 2) store->delete_key(key(n - 2, rank));
+    return out;
+  };
+}
+
 io::SaveOptions checkpoint_save_options(std::shared_ptr<dist::ProcessGroup> group,
                                         io::SaveOptions options, Device device) {
   DDP_CHECK(group != nullptr, "checkpoint_save_options: the process group is null");

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "ddp/config.h"
+#include "ddp/io/async_checkpoint.h"
 #include "ddp/io/checkpoint.h"
 #include "ddp/nn/activation.h"
 #include "ddp/nn/container.h"
@@ -242,6 +243,38 @@ TEST(CheckpointSections, AutoBucketPlanResumesWithoutTuningAgain) {
                                job.ddp->reducer().bucket_assignment());
                    }),
             through);
+}
+
+// io::AsyncCheckpointer with per-rank sections: the writer threads agree
+// through the store while the ranks train on (Note [Asynchronous
+// checkpoints]); the result equals the synchronous save's.
+TEST(CheckpointSections, AsynchronousPerRankSavesAgreeThroughTheStore) {
+  test::ScratchDir dir;
+  const std::string path = dir.path("ckpt");
+  const std::vector<double> through = run_through(Mode::powersgd, 2, dir.path("sync"));
+  std::vector<double> out;
+  auto server = std::make_shared<dist::TCPStore>(dist::test::server_options(std::chrono::seconds(60)));
+  expect_no_errors(on_gloo_ranks(2, [&](int rank, auto group) {
+    std::shared_ptr<dist::Store> store = server;
+    if (rank > 0)
+      store = std::make_shared<dist::TCPStore>(
+          dist::test::client_options(server->port(), std::chrono::seconds(60)));
+    io::Exchange exchange = parallel::checkpoint_store_exchange(store, rank, 2);
+    Rank job(Mode::powersgd, group, 7, true);
+    io::AsyncCheckpointer saver;
+    for (int s = 0; s < kSteps; ++s) {
+      if (s == kSaveAt - 2 || s == kSaveAt)  // two saves: the second waits for the first
+        saver.save(path, job.ckpt,
+                   {.rank = rank, .step = s, .world_size = 2, .exchange = exchange});
+      job.step(s, rank);
+    }
+    saver.wait();
+    if (rank == 0) out = job.parameters();
+  }));
+  EXPECT_EQ(out, through);
+  EXPECT_EQ(io::read_checkpoint_info(path).step, kSaveAt);
+  EXPECT_EQ(io::read_checkpoint_info(path).generation, 2u);
+  EXPECT_EQ(resume(Mode::powersgd, 2, path, true), through);
 }
 
 TEST(CheckpointSections, BadBucketPlansAreRefusedAndChangeNothing) {

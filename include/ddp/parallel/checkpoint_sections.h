@@ -20,6 +20,7 @@
 #include <string>
 
 #include "ddp/dist/process_group.h"
+#include "ddp/dist/store.h"
 #include "ddp/io/checkpoint.h"
 
 namespace ddp::parallel {
@@ -34,6 +35,16 @@ class ZeroRedundancyOptimizer;
 // for nccl (the current one when `device` is the CPU on an nccl group).
 io::Exchange checkpoint_exchange(std::shared_ptr<dist::ProcessGroup> group,
                                  Device device = Device::cpu());
+
+// The same exchange through the job's store instead of a process group: for
+// io::AsyncCheckpointer, whose writer thread must not issue collectives
+// beside the training's (Note [Asynchronous checkpoints]). Keys live under
+// `prefix` and are numbered by call, so create it once and use it for every
+// save (every rank the same number of times); each rank removes its keys
+// two rounds later. Waits up to the store's timeout for the other ranks.
+io::Exchange checkpoint_store_exchange(std::shared_ptr<dist::Store> store, int rank,
+                                       int world_size,
+                                       const std::string& prefix = "ddp/checkpoint/");
 
 // `options` with this rank, the world size and the exchange filled in.
 io::SaveOptions checkpoint_save_options(std::shared_ptr<dist::ProcessGroup> group,

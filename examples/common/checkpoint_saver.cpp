@@ -1,0 +1,47 @@
+#include "common/checkpoint_saver.h"
+
+#include <chrono>
+
+#include "ddp/core/error.h"
+#include "ddp/parallel/checkpoint_sections.h"
+
+namespace examples {
+
+CheckpointSaver::CheckpointSaver(ddp::dist::World& world, bool async,
+                                 const ddp::io::Checkpoint& checkpoint)
+    : world_(world) {
+  if (!async) return;
+  if (checkpoint.has_per_rank_sections() && world.size() > 1) {
+    if (!world.store)
+      throw ddp::ValueError(
+          "--async-checkpoint: this checkpoint has per-rank sections, whose background save "
+          "agrees through the job's store, and this job has none (an mpi job started without "
+          "MASTER_ADDR and MASTER_PORT); set them, or save synchronously");
+    store_exchange_ =
+        ddp::parallel::checkpoint_store_exchange(world.store, world.rank(), world.size());
+  }
+  saver_.emplace();
+}
+
+void CheckpointSaver::save(const std::string& dir, const ddp::io::Checkpoint& checkpoint,
+                           ddp::io::SaveOptions options, bool last) {
+  const auto start = std::chrono::steady_clock::now();
+  if (saver_) {
+    options.rank = world_.rank();
+    options.world_size = world_.size();
+    options.exchange = store_exchange_;
+    saver_->save(dir, checkpoint, options);
+    if (last) saver_->wait();
+  } else {
+    ddp::io::save_checkpoint(dir, checkpoint,
+                             ddp::parallel::checkpoint_save_options(world_.group, options));
+  }
+  last_stall_s_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  total_stall_s_ += last_stall_s_;
+  // Nobody reads or exits before rank 0 is done (Note [Checkpoints under
+  // DDP]); a background save is waited for only at the end.
+  if (!saver_ || last) world_.group->barrier()->wait();
+}
+
+}  // namespace examples
