@@ -1,6 +1,7 @@
 // Drives the built ddprun binary with small shell-script workers: the
 // environment contract, output prefixing, exit statuses, stopping a failed
-// group, restarts, signals, a two-node job on localhost, and bad arguments.
+// group, restarts, signals and preemption, a two-node job on localhost, and
+// bad arguments.
 //
 // The binary's path comes from the compile definition DDPRUN_PATH, or else
 // from the environment variable DDPRUN_PATH; without either the tests skip.
@@ -128,6 +129,60 @@ TEST_F(DdprunTest, SigtermIsForwarded) {
                 "kill -TERM $pid; wait $pid; echo status=$?)");
   EXPECT_TRUE(has(r, "status=143")) << r.output;
   EXPECT_LT(r.seconds, 4.0) << r.output;
+}
+
+// Note [ddprun preemption]: `ddprun ARGS /bin/sh -c 'SCRIPT'`, sent `sig`
+// half a second in; the launcher's exit status is printed as status=N.
+Result preempted(const std::string& bin, const std::string& args, const std::string& script,
+                 const std::string& sig) {
+  return sh("(" + bin + " " + args + " /bin/sh -c '" + script + "' & pid=$!; sleep 0.5; kill -" +
+            sig + " $pid; wait $pid; echo status=$?)");
+}
+
+TEST_F(DdprunTest, PreemptionWithWorkersThatSaveAndExitZeroIsExitZero) {
+  for (const std::string sig : {"TERM", "USR1", "USR2"}) {
+    Result r = preempted(
+        bin_, "--nproc-per-node 2 --max-restarts 2",
+        "trap \"sleep 0.3; echo saved $DDP_RESTART_COUNT; exit 0\" " + sig + "; sleep 30 & wait",
+        sig);
+    EXPECT_TRUE(has(r, "status=0\n")) << sig << "\n" << r.output;
+    EXPECT_TRUE(has(r, "[0]: saved 0\n")) << sig << "\n" << r.output;
+    EXPECT_TRUE(has(r, "[1]: saved 0\n")) << sig << "\n" << r.output;
+    EXPECT_FALSE(has(r, "restarting")) << sig << "\n" << r.output;
+    EXPECT_LT(r.seconds, 4.0) << sig << "\n" << r.output;
+  }
+}
+
+TEST_F(DdprunTest, PreemptionWithAFailingWorkerIsNotCleanAndNotRestarted) {
+  Result r = preempted(bin_, "--nproc-per-node 2 --max-restarts 2",
+                       "trap \"exit $RANK\" TERM; sleep 30 & wait", "TERM");
+  EXPECT_TRUE(has(r, "status=143\n")) << r.output;
+  EXPECT_FALSE(has(r, "restarting")) << r.output;
+  EXPECT_LT(r.seconds, 4.0) << r.output;
+}
+
+TEST_F(DdprunTest, WorkerIgnoringPreemptionIsKilledAfterTheGrace) {
+  Result r =
+      preempted(bin_, "--nproc-per-node 2 --preempt-grace 1.5", "trap \"\" TERM; sleep 30", "TERM");
+  EXPECT_TRUE(has(r, "status=143\n")) << r.output;
+  EXPECT_GT(r.seconds, 1.9) << r.output;  // 0.5 s before the signal, then the grace
+  EXPECT_LT(r.seconds, 5.0) << r.output;
+}
+
+TEST_F(DdprunTest, PreemptGraceReachesTheWorkers) {
+  Result r = launch("--nproc-per-node 1 --preempt-grace 12.5", "echo grace=$DDP_PREEMPT_GRACE_S");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r, "[0]: grace=12.5\n")) << r.output;
+  r = launch("--nproc-per-node 1", "echo grace=$DDP_PREEMPT_GRACE_S");
+  EXPECT_TRUE(has(r, "[0]: grace=30\n")) << r.output;
+}
+
+TEST_F(DdprunTest, BadPreemptGraceExitsTwoNamingTheOption) {
+  for (const char* value : {"-1", "soon"}) {
+    Result r = sh(bin_ + " --nproc-per-node 1 --preempt-grace " + value + " /bin/true");
+    EXPECT_EQ(r.status, 2) << value << "\n" << r.output;
+    EXPECT_TRUE(has(r, "--preempt-grace")) << value << "\n" << r.output;
+  }
 }
 
 TEST_F(DdprunTest, TwoNodesOnLocalhost) {

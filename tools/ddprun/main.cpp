@@ -17,11 +17,27 @@
 // that is a shell script, or spawns helpers, is stopped with everything it
 // started, and a worker that forks cannot leak processes past the job. The
 // cost is that a Ctrl-C at the terminal reaches only the foreground group,
-// the launcher's, so the launcher forwards SIGINT and SIGTERM itself to every
-// worker group and then waits for them as when a worker fails: SIGTERM, a
-// grace period of 5 s, then SIGKILL. Workers also ask the kernel for SIGKILL
-// should the launcher die first (PR_SET_PDEATHSIG), so a `kill -9` of the
-// launcher leaves no orphans.
+// the launcher's, so the launcher forwards SIGINT itself to every worker
+// group and then waits for them as when a worker fails: SIGTERM, a grace
+// period of 5 s, then SIGKILL (SIGTERM, SIGUSR1 and SIGUSR2 are forwarded
+// too, with their own grace: Note [ddprun preemption]). Workers also ask
+// the kernel for SIGKILL should the launcher die first (PR_SET_PDEATHSIG),
+// so a `kill -9` of the launcher leaves no orphans.
+//
+// Note [ddprun preemption]
+// SIGTERM, SIGUSR1 and SIGUSR2 (a scheduler's preemption notice, Slurm's
+// `--signal`) are forwarded the same way, but then the launcher waits up to
+// --preempt-grace seconds (default 30, also handed to the workers as
+// DDP_PREEMPT_GRACE_S) for the workers to agree on a stop step, save and
+// exit (ddp/parallel/preemption.h). If every worker exits 0 in that time the
+// job was preempted cleanly: the launcher exits 0 and restarts nothing, and
+// with several nodes it tells the others nothing either, since their
+// workers stop at the same step through the job's store. Otherwise the
+// workers still alive get SIGKILL and the launcher exits 128 + the signal
+// as an interrupted job (the other nodes are told to stop, as below).
+// A worker that ignores these signals (a plain shell script) thus costs the
+// grace period; SIGINT keeps the 5 s of Note [ddprun process groups and
+// signals].
 //
 // Note [ddprun restarts]
 // A worker that exits non-zero or by a signal fails the whole local group:
@@ -34,12 +50,13 @@
 // round they pass a store barrier (waiting at most --rdzv-timeout), and a
 // launcher whose group fails posts "ddprun/fail/<round>" with the exit status;
 // the others poll for that key, stop their groups too, and join the next
-// round, so all nodes restart together. A launcher that gets SIGINT/SIGTERM
-// also posts "ddprun/abort": the others then stop without restarting, and
-// every launcher exits with 128 + that signal. A node whose group has already
-// finished successfully does not come back for a restart; the others then
-// time out at the next barrier with a clear error. Elastic membership
-// (nodes joining or leaving) is not supported.
+// round, so all nodes restart together. A launcher that gets SIGINT, or a
+// preemption signal its workers do not end cleanly on (Note [ddprun
+// preemption]), also posts "ddprun/abort": the others then stop without
+// restarting, and every launcher exits with 128 + that signal. A node whose
+// group has already finished successfully does not come back for a
+// restart; the others then time out at the next barrier with a clear
+// error. Elastic membership (nodes joining or leaving) is not supported.
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -50,6 +67,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -76,7 +94,8 @@ using namespace std::chrono_literals;
 constexpr auto kGracePeriod = 5s;
 constexpr const char* kUsage =
     "usage: ddprun --nproc-per-node N [--nnodes M --node-rank K --master-addr HOST "
-    "--master-port PORT] [--max-restarts R] [--rdzv-timeout SECONDS] PROGRAM [ARGS...]\n";
+    "--master-port PORT] [--max-restarts R] [--rdzv-timeout SECONDS] "
+    "[--preempt-grace SECONDS] PROGRAM [ARGS...]\n";
 
 struct Options {
   int nproc = 0;
@@ -86,6 +105,7 @@ struct Options {
   int master_port = 29500;
   int max_restarts = 0;
   double rdzv_timeout_s = 300;
+  double preempt_grace_s = 30;  // Note [ddprun preemption]
   std::vector<std::string> command;
 };
 
@@ -128,6 +148,7 @@ Options parse_args(int argc, char** argv) {
   add_int("--master-port,--master_port", &o.master_port, 0, 65535);
   add_int("--max-restarts,--max_restarts", &o.max_restarts, 0, 1 << 20);
   cli.add_double("--rdzv-timeout,--rdzv_timeout", &o.rdzv_timeout_s, "", 0.0, /*exclusive=*/true);
+  cli.add_double("--preempt-grace,--preempt_grace", &o.preempt_grace_s, "", 0.0);
   try {
     cli.parse(argc, argv);
   } catch (const ddp_cli::UsageExit& e) {
@@ -172,15 +193,20 @@ int pick_free_port() {
 
 // --- signals -----------------------------------------------------------------
 
-volatile sig_atomic_t g_signal = 0;  // the last SIGINT/SIGTERM received
+// The signals the launcher forwards to its workers.
+constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+
+volatile sig_atomic_t g_signal = 0;  // the last of kForwarded received
 void on_signal(int sig) { g_signal = sig; }
+
+// Note [ddprun preemption]
+bool is_preemption(int sig) { return sig == SIGTERM || sig == SIGUSR1 || sig == SIGUSR2; }
 
 void install_handlers() {
   struct sigaction sa {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (int sig : kForwarded) sigaction(sig, &sa, nullptr);
   // A closed stdout (ddprun ... | head) must not kill the launcher before it
   // has stopped its workers.
   signal(SIGPIPE, SIG_IGN);
@@ -258,6 +284,7 @@ std::vector<std::string> worker_env(const Options& o, int master_port, int local
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(round)},
       {"DDP_RESTART_COUNT", std::to_string(round)},
       {"DDPRUN", "1"},
+      {"DDP_PREEMPT_GRACE_S", fmt::format("{}", o.preempt_grace_s)},
   };
   std::vector<std::string> env;
   for (char** e = environ; *e; ++e) {
@@ -292,8 +319,7 @@ void spawn(Worker& w, const Options& o, int master_port, int local, int round) {
   // stay blocked across fork until the child has the default actions back.
   sigset_t block, old_mask;
   sigemptyset(&block);
-  sigaddset(&block, SIGINT);
-  sigaddset(&block, SIGTERM);
+  for (int sig : kForwarded) sigaddset(&block, sig);
   ::sigprocmask(SIG_BLOCK, &block, &old_mask);
   pid_t pid = ::fork();
   if (pid < 0) {
@@ -308,8 +334,7 @@ void spawn(Worker& w, const Options& o, int master_port, int local, int round) {
     if (::getppid() != parent) ::_exit(127);  // the launcher died already
     // Ignored signals survive exec; the worker starts with the defaults.
     ::signal(SIGPIPE, SIG_DFL);
-    ::signal(SIGINT, SIG_DFL);
-    ::signal(SIGTERM, SIG_DFL);
+    for (int sig : kForwarded) ::signal(sig, SIG_DFL);
     ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
     int devnull = ::open("/dev/null", O_RDONLY);
     if (devnull >= 0) ::dup2(devnull, 0);
@@ -391,9 +416,9 @@ bool any_running(const std::vector<Worker>& ws) {
 }
 
 // Stops the workers still running: `sig` now, SIGKILL after the grace period.
-void stop_all(std::vector<Worker>& ws, int sig) {
+void stop_all(std::vector<Worker>& ws, int sig, Clock::duration grace = kGracePeriod) {
   signal_all(ws, sig);
-  const auto kill_at = Clock::now() + kGracePeriod;
+  const auto kill_at = Clock::now() + grace;
   bool killed = false;
   while (any_running(ws)) {
     pump_output(ws, 20ms);
@@ -431,13 +456,35 @@ struct Rendezvous {
 };
 
 std::string fail_key(int round) { return "ddprun/fail/" + std::to_string(round); }
-// Set by a launcher that got SIGINT/SIGTERM: the job ends, no restart.
+// Set by a launcher that got SIGINT, or a preemption signal that did not end
+// cleanly: the job ends, no restart.
 constexpr const char* kAbortKey = "ddprun/abort";
 
 struct Outcome {
   enum Kind { success, failed, interrupted } kind = success;
   int status = 0;  // exit status to report
 };
+
+// Note [ddprun preemption]: forwards `sig`, waits up to the grace period;
+// clean when every worker exited 0.
+Outcome preempt(std::vector<Worker>& ws, int sig, double grace_s) {
+  std::fprintf(stderr,
+               "ddprun: got signal %d; forwarding it to the workers and waiting up to %g s for "
+               "them to save and exit\n",
+               sig, grace_s);
+  // At most 10^9 s, so that the deadline cannot overflow.
+  stop_all(ws, sig,
+           std::chrono::duration_cast<Clock::duration>(
+               std::chrono::duration<double>(std::min(grace_s, 1e9))));
+  for (const auto& w : ws)
+    if (w.status != 0) {
+      std::fprintf(stderr, "ddprun: worker rank %d ended with exit status %d after signal %d\n",
+                   w.rank, w.status, sig);
+      return {Outcome::interrupted, 128 + sig};
+    }
+  std::fprintf(stderr, "ddprun: every worker exited 0 after signal %d (preempted)\n", sig);
+  return {Outcome::success, 0};
+}
 
 // Tells the other launchers that this round failed. A store that is gone
 // (node 0's launcher ended) must not keep us from stopping our workers.
@@ -483,6 +530,13 @@ Outcome run_round(const Options& o, int master_port, int round, Rendezvous* rdzv
           w.rank, int(w.pid), w.status);
       outcome = {Outcome::failed, w.status};
       if (rdzv) post_failure(*rdzv, round, w.status, /*abort=*/false);
+      break;
+    }
+    if (g_signal && is_preemption(g_signal)) {
+      // Our workers first; the other nodes are told only if that fails.
+      outcome = preempt(ws, int(g_signal), o.preempt_grace_s);
+      if (rdzv && outcome.kind != Outcome::success)
+        post_failure(*rdzv, round, outcome.status, /*abort=*/true);
       break;
     }
     if (g_signal) {
