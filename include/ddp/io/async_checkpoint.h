@@ -36,6 +36,7 @@
 
 #include <condition_variable>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +77,7 @@ class AsyncCheckpointer {
   struct Job;
   void run();
   void wait_locked(std::unique_lock<std::mutex>& lock);
+  Tensor snapshot_of(const std::string& name, const Tensor& t, bool& device_copies);
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
@@ -83,6 +85,7 @@ class AsyncCheckpointer {
   std::exception_ptr error_;      // the last write's failure, until raised
   bool stop_ = false;
   double last_stall_s_ = 0, last_write_s_ = 0;
+  std::map<std::string, Tensor> buffers_;  // Note [Snapshot buffers] (the saving thread's)
   std::thread thread_;            // last: started after the members above
 };
 
