@@ -1,6 +1,7 @@
 #include "common/checkpoint_saver.h"
 
 #include <chrono>
+#include <cstdio>
 
 #include "ddp/core/error.h"
 #include "ddp/parallel/checkpoint_sections.h"
@@ -42,6 +43,21 @@ void CheckpointSaver::save(const std::string& dir, const ddp::io::Checkpoint& ch
   // Nobody reads or exits before rank 0 is done (Note [Checkpoints under
   // DDP]); a background save is waited for only at the end.
   if (!saver_ || last) world_.group->barrier()->wait();
+}
+
+std::unique_ptr<ddp::parallel::PreemptionWatcher> watch_preemption(ddp::dist::World& world,
+                                                                   bool checkpointing) {
+  std::unique_ptr<ddp::parallel::PreemptionWatcher> watcher;
+  if (!checkpointing) return watcher;
+  if (world.size() == 1)
+    watcher = std::make_unique<ddp::parallel::PreemptionWatcher>();
+  else if (world.store)
+    watcher = std::make_unique<ddp::parallel::PreemptionWatcher>(world.store, world.rank(),
+                                                                 world.size());
+  else if (world.rank() == 0)
+    std::printf("note: this job has no store (mpi without MASTER_ADDR), so preemption signals "
+                "end it without a checkpoint\n");
+  return watcher;
 }
 
 }  // namespace examples

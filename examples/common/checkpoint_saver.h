@@ -3,12 +3,14 @@
 // files), or with --async-checkpoint in the background (io::AsyncCheckpointer,
 // Note [Asynchronous checkpoints]: the step waits only for the snapshot).
 
+#include <memory>
 #include <optional>
 #include <string>
 
 #include "ddp/dist/init.h"
 #include "ddp/io/async_checkpoint.h"
 #include "ddp/io/checkpoint.h"
+#include "ddp/parallel/preemption.h"
 
 namespace examples {
 
@@ -37,5 +39,17 @@ class CheckpointSaver {
   std::optional<ddp::io::AsyncCheckpointer> saver_;
   double total_stall_s_ = 0, last_stall_s_ = 0;
 };
+
+// Note [Trainer preemption]
+// With a checkpoint directory the trainers watch for preemption: SIGTERM,
+// SIGUSR1 or SIGUSR2 to any rank (or to ddprun, which forwards it) makes
+// every rank stop at one agreed step (Note [Agreeing on a stop step]), save
+// the checkpoint there and exit 0, so `--resume` continues from it. A job of
+// several ranks agrees through its store; one without (mpi started without
+// MASTER_ADDR) keeps the signals' default action, and rank 0 says so.
+// Without a checkpoint directory there is nothing to save, and the signals
+// end the process as before.
+std::unique_ptr<ddp::parallel::PreemptionWatcher> watch_preemption(ddp::dist::World& world,
+                                                                   bool checkpointing);
 
 }  // namespace examples

@@ -160,6 +160,10 @@ int run(const Options& o) {
   examples::Stopwatch total_clock;
   const nn::models::GPTConfig config = make_config(o);  // exits 2 on bad sizes, before joining
   dist::World world = examples::join_job(o.backend);
+  // Note [Trainer preemption]: watched from here on, so a signal during
+  // start-up, loading or a resume is kept for the first step boundary.
+  std::unique_ptr<parallel::PreemptionWatcher> preemption =
+      examples::watch_preemption(world, !o.checkpoint_dir.empty());
   const int rank = world.rank(), world_size = world.size();
   const bool lead = rank == 0;
   const int threads = world.device.is_cuda() ? 0 : examples::set_cpu_threads(world);
@@ -294,7 +298,8 @@ int run(const Options& o) {
                 (long long)steps_per_epoch, (long long)warmup);
 
   interval_clock.reset();
-  for (int64_t epoch = step / steps_per_epoch; step < stop_step; ++epoch) {
+  bool preempted = false;
+  for (int64_t epoch = step / steps_per_epoch; step < stop_step && !preempted; ++epoch) {
     loader.set_epoch(epoch);
     int64_t skip = (step - epoch * steps_per_epoch) * o.grad_accum;  // batches done before a resume
     int64_t m = 0;  // micro-batch within the step
@@ -365,6 +370,10 @@ int run(const Options& o) {
                             .add("memory_mib", memory_mib));
         }
       }
+      if (preemption && preemption->should_stop(step)) {
+        preempted = true;
+        break;
+      }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch, false);
       if (o.eval_every > 0 && step % o.eval_every == 0 && step < stop_step) {
         train_s += train_clock.seconds();
@@ -378,6 +387,15 @@ int run(const Options& o) {
       if (step >= stop_step) break;
     }
     train_s += train_clock.seconds();
+  }
+  if (preempted) {
+    save(step / steps_per_epoch, true);
+    if (lead)
+      std::printf("preempted by %s: every rank stopped at step %lld and the checkpoint is saved; "
+                  "--resume continues from it\n",
+                  parallel::PreemptionWatcher::signal_name(preemption->signal_number()).c_str(),
+                  (long long)step);
+    return 0;
   }
   val_loss = validate(*model, val, o, micro, world);
   monitor.scalar("val/loss", *val_loss, step);

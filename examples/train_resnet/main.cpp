@@ -229,6 +229,10 @@ bool decode_device_usable(const Options& o, const dist::World& world) {
 int run(const Options& o) {
   examples::Stopwatch total_clock;
   dist::World world = examples::join_job(o.backend);
+  // Note [Trainer preemption]: watched from here on, so a signal during
+  // start-up, loading or a resume is kept for the first step boundary.
+  std::unique_ptr<parallel::PreemptionWatcher> preemption =
+      examples::watch_preemption(world, !o.checkpoint_dir.empty());
   const int rank = world.rank(), world_size = world.size();
   const bool lead = rank == 0;
   const int threads = world.device.is_cuda() ? 0 : examples::set_cpu_threads(world);
@@ -380,8 +384,10 @@ int run(const Options& o) {
   interval_clock.reset();
   // The epochs, over either loader type (the data stall and the loader's
   // rate are measured the same way for both).
+  bool preempted = false;
   auto train_epochs = [&](auto& loader) {
-    for (int64_t epoch = step / steps_per_epoch; epoch < o.epochs && step < stop_step; ++epoch) {
+    for (int64_t epoch = step / steps_per_epoch; epoch < o.epochs && step < stop_step && !preempted;
+         ++epoch) {
       loader.set_epoch(epoch);
       int64_t skip = step - epoch * steps_per_epoch;  // batches already done before a resume
       train_clock.reset();
@@ -453,12 +459,16 @@ int run(const Options& o) {
                               .add("memory_mib", memory_mib));
           }
         }
+        if (preemption && preemption->should_stop(step)) {
+          preempted = true;
+          break;
+        }
         if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && step < stop_step) save(epoch, false);
         if (step >= stop_step) break;
         wait_clock.reset();
       }
       train_s += train_clock.seconds();
-      if (step % steps_per_epoch == 0) {  // a whole epoch: report test accuracy
+      if (!preempted && step % steps_per_epoch == 0) {  // a whole epoch: report test accuracy
         examples::Stopwatch eval_clock;
         result = evaluate(*model, d, o, channels_last, world);
         interval_clock.exclude(eval_clock.seconds());
@@ -477,6 +487,15 @@ int run(const Options& o) {
     train_epochs(*gpu_loader);
   else
     train_epochs(*cpu_loader);
+  if (preempted) {
+    save(step / steps_per_epoch, true);
+    if (lead)
+      std::printf("preempted by %s: every rank stopped at step %lld and the checkpoint is saved; "
+                  "--resume continues from it\n",
+                  parallel::PreemptionWatcher::signal_name(preemption->signal_number()).c_str(),
+                  (long long)step);
+    return 0;
+  }
   if (step > first_step && step % steps_per_epoch != 0) {
     result = evaluate(*model, d, o, channels_last, world);
     monitor.scalar("test/accuracy", result->accuracy, step);
