@@ -43,6 +43,21 @@ void CheckpointSaver::save(const std::string& dir, const ddp::io::Checkpoint& ch
   // Nobody reads or exits before rank 0 is done (Note [Checkpoints under
   // DDP]); a background save is waited for only at the end.
   if (!saver_ || last) world_.group->barrier()->wait();
+  if (world_.rank() != 0) return;
+  if (saver_ && !last)
+    std::printf("checkpoint of step %lld being written to %s (the step waited %.3f s)\n",
+                (long long)options.step, dir.c_str(), last_stall_s_);
+  else
+    std::printf("saved checkpoint at step %lld to %s\n", (long long)options.step, dir.c_str());
+}
+
+void report_preemption(const ddp::dist::World& world,
+                       const ddp::parallel::PreemptionWatcher& watcher, int64_t step) {
+  if (world.rank() != 0) return;
+  std::printf("preempted by %s: every rank stopped at step %lld and the checkpoint is saved; "
+              "--resume continues from it\n",
+              ddp::parallel::PreemptionWatcher::signal_name(watcher.signal_number()).c_str(),
+              (long long)step);
 }
 
 std::unique_ptr<ddp::parallel::PreemptionWatcher> watch_preemption(ddp::dist::World& world,

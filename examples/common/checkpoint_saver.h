@@ -24,7 +24,8 @@ class CheckpointSaver {
 
   // Saves at a step boundary; rank, world size and exchange are filled in.
   // `last`: the run's final save, waited for (and a barrier after it, so no
-  // rank reads or exits before the files are complete).
+  // rank reads or exits before the files are complete). Rank 0 prints a line
+  // saying so.
   void save(const std::string& dir, const ddp::io::Checkpoint& checkpoint,
             ddp::io::SaveOptions options, bool last);
 
@@ -51,5 +52,8 @@ class CheckpointSaver {
 // end the process as before.
 std::unique_ptr<ddp::parallel::PreemptionWatcher> watch_preemption(ddp::dist::World& world,
                                                                    bool checkpointing);
+// Rank 0's line after a preempted run saved its checkpoint at `step`.
+void report_preemption(const ddp::dist::World& world,
+                       const ddp::parallel::PreemptionWatcher& watcher, int64_t step);
 
 }  // namespace examples

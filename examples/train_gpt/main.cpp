@@ -276,13 +276,6 @@ int run(const Options& o) {
                 .metadata = {{"model", o.model},
                                       {"global_batch", std::to_string(o.batch_size)},
                                       {"world_size", std::to_string(world_size)}}}, last);
-    if (!lead) return;
-    if (saver.async() && !last)
-      std::printf("checkpoint of step %lld being written to %s (the step waited %.3f s)\n",
-                  (long long)step, o.checkpoint_dir.c_str(), saver.last_stall_s());
-    else
-      std::printf("saved checkpoint at step %lld to %s\n", (long long)step,
-                  o.checkpoint_dir.c_str());
   };
 
   examples::MetricsFile metrics(o.metrics, rank, /*append=*/step > 0);
@@ -390,11 +383,7 @@ int run(const Options& o) {
   }
   if (preempted) {
     save(step / steps_per_epoch, true);
-    if (lead)
-      std::printf("preempted by %s: every rank stopped at step %lld and the checkpoint is saved; "
-                  "--resume continues from it\n",
-                  parallel::PreemptionWatcher::signal_name(preemption->signal_number()).c_str(),
-                  (long long)step);
+    examples::report_preemption(world, *preemption, step);
     return 0;
   }
   val_loss = validate(*model, val, o, micro, world);
