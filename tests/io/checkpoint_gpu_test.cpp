@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "ddp/io/async_checkpoint.h"
 #include "ddp/io/checkpoint.h"
 #include "ddp/optim/sgd.h"
 #include "ddp/tensor/cuda.h"
@@ -98,6 +99,40 @@ TEST(CheckpointGpu, FailedLoadRestoresDeviceTensors) {
   EXPECT_DDP_ERROR(io::load_checkpoint(dir.path("ckpt"), c), ValueError, "other refuses");
   expect_same_values(target->state_dict(), before);
   for (const auto& [k, t] : target->state_dict()) EXPECT_TRUE(t.is_cuda()) << k;
+}
+
+// io::AsyncCheckpointer's snapshot of device tensors goes through pinned
+// buffers with asynchronous copies (Note [Snapshot buffers]): the files hold
+// the values at save(), even though the device tensors change right after.
+TEST(CheckpointGpu, AnAsynchronousSaveSnapshotsTheDeviceStateAtSave) {
+  REQUIRE_GPU();
+  ScratchDir dir;
+  manual_seed(3);
+  auto net = make_net();
+  net->to(Device::cuda(0));
+  const nn::TensorDict before = net->state_dict();
+  std::vector<std::vector<float>> want;
+  for (const auto& [k, t] : before) want.push_back(host_values(t));
+  io::Checkpoint ckpt;
+  ckpt.add("model", net);
+  io::AsyncCheckpointer saver;
+  for (int round = 0; round < 2; ++round) {  // the second reuses the pinned buffers
+    saver.save(dir.path("ckpt"), ckpt, {.step = round});
+    saver.wait();
+  }
+  saver.save(dir.path("ckpt"), ckpt, {.step = 2});
+  {
+    NoGradGuard no_grad;
+    for (Tensor t : net->parameters()) t.fill_(7.0);  // the next step, at once
+  }
+  saver.wait();
+
+  auto loaded = make_net();
+  io::Checkpoint c;
+  c.add("model", loaded);
+  EXPECT_EQ(io::load_checkpoint(dir.path("ckpt"), c).step, 2);
+  size_t i = 0;
+  for (const auto& [k, t] : loaded->state_dict()) EXPECT_EQ(host_values(t), want[i++]) << k;
 }
 
 }  // namespace
