@@ -13,6 +13,7 @@ struct TrainResult {
   std::vector<float> parameters;   // every parameter, flattened, after the last step
   std::vector<double> step_seconds;
   std::vector<double> step_cpu_seconds;  // CPU time of the whole process (server thread included)
+  std::vector<double> step_thread_cpu_seconds;  // CPU time of the calling (training) thread alone
   double final_loss = 0;
 };
 
