@@ -42,7 +42,12 @@ namespace {
 
 enum class Mode { zero, powersgd, auto_buckets };
 
+// Ranks are threads sharing the default generator: one model at a time, so
+// that every rank (rank 0 above all, whose weights DDP broadcasts) draws
+// the same initial weights in every job.
 std::shared_ptr<Model> make_model(uint64_t seed) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   manual_seed(seed);
   auto m = std::make_shared<Model>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
       std::make_shared<nn::Linear>(5, 16), std::make_shared<nn::GELU>(),
