@@ -161,15 +161,10 @@ void AsyncCheckpointer::save(const std::string& dir, const Checkpoint& checkpoin
       TensorDict taken;
       try {
         taken = s.save();
-      } catch (...) {
-        std::exception_ptr ep = std::current_exception();
-        try {
-          std::rethrow_exception(ep);
-        } catch (const Error& e) {
-          DDP_THROW(Error, "AsyncCheckpointer.save '{}': section '{}' failed to give its state; "
-                           "nothing was written: {}",
-                    dir, s.name, e.what());
-        }
+      } catch (const Error& e) {
+        DDP_THROW(Error, "AsyncCheckpointer.save '{}': section '{}' failed to give its state; "
+                         "nothing was written: {}",
+                  dir, s.name, e.what());
       }
       for (const auto& [key, t] : taken) dict->insert(key, snapshot_of(s.name + "/" + key, t, device_copies));
     }

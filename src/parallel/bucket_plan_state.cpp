@@ -84,11 +84,11 @@ void DistributedDataParallelBase::load_bucket_plan_state(const TensorDict& state
               "{}: 'buckets.sizes' covers {} of the {} entries of 'buckets.params'", kWho, at,
               params.size());
 
+  // An equal plan is installed only to mark a due rebuild as done; a fixed
+  // one (which ZeRO-1's shard views rely on) keeps its buffers.
   const bool fixed = !options_.rebuild_buckets && !tuner_;
-  if (plan == reducer_->bucket_assignment() && (fixed || !rebuilt || reducer_->buckets_rebuilt())) {
-    // Nothing to install (and a fixed plan, which ZeRO-1's shard views rely
-    // on, keeps its buffers).
-  } else {
+  const bool same = plan == reducer_->bucket_assignment();
+  if (!same || (!fixed && rebuilt && !reducer_->buckets_rebuilt())) {
     DDP_CHECK_T(ValueError, !fixed,
                 "{}: the checkpoint's {} buckets differ from this DDP's {}, which never changes its "
                 "buckets (rebuild_buckets off, no auto_bucket_size); build it with the options of "
