@@ -116,9 +116,10 @@ void unary_op(const char* name, const Tensor& in, const Tensor& out) {
   }
 }
 
-// Note [Unused backward inputs]: a functor's backward may ignore x or y (exp
-// needs only y, relu only x), so the frontend may pass an undefined tensor
-// for the one it does not keep. It is read as a broadcast zero here.
+// Note [Unused backward inputs]
+// A functor's backward may ignore x or y (exp needs only y, relu only x), so
+// the frontend may pass an undefined tensor for the one it does not keep. It is
+// read as a broadcast zero here.
 template <class Fn, class T>
 void unary_backward_kernel(const Tensor& x, const Tensor& y, const Tensor& dy, const Tensor& dx) {
   // The usual case keeps only one of x and y (relu, exp): map over the two

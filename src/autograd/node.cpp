@@ -12,11 +12,11 @@
 namespace ddp::autograd {
 
 namespace {
-// Note [Sequence numbers]: one process-wide counter orders all nodes by
-// creation. It is monotonic and only ever compared, never reset, so two models
-// or two process groups in one process cannot disturb each other through it:
-// each graph only needs its own nodes to be ordered, which any increasing
-// counter provides.
+// Note [Sequence numbers]
+// One process-wide counter orders all nodes by creation. It is monotonic and
+// only ever compared, never reset, so two models or two process groups in one
+// process cannot disturb each other through it: each graph only needs its own
+// nodes to be ordered, which any increasing counter provides.
 std::atomic<uint64_t> g_next_sequence_nr{0};
 }  // namespace
 
@@ -52,7 +52,7 @@ Tensors AccumulateGrad::apply(Tensors&& grad_outputs) {
     NoGradGuard no_grad;  // accumulation is never part of a graph
     if (!meta.grad.defined()) {
       // In the leaf's own dense layout (a channels-last weight gets a
-      // channels-last .grad): see Note [Memory-format propagation] in tensor.h.
+      // channels-last .grad): see Note [Memory-format propagation] in memory_format.h.
       Tensor fresh = empty_in_layout_of({leaf}, leaf.shape(),
                                         TensorOptions(leaf.dtype()).device(leaf.device()));
       fresh.copy_(incoming);

@@ -49,7 +49,7 @@ bool cuda_debug_sync();
                 cublasGetStatusString(ddp_st_));                                               \
   } while (0)
 
-// Logs instead of throwing: for destructors (ARCHITECTURE.md: they never throw).
+// Logs instead of throwing: for destructors, which never throw (docs/design.md).
 #define DDP_CUDA_WARN(expr)                                                                    \
   do {                                                                                         \
     cudaError_t ddp_err_ = (expr);                                                             \

@@ -7,7 +7,7 @@
 // [One worker per group]), and there pack same-dtype tensors into one wire
 // buffer (Note [Half precision on the wire]), call the library, divide for
 // avg, unpack, and copy CUDA results back (unstage). HostProcessGroup
-// (include/ddp/dist/host_process_group.h, host_collectives.cpp) runs that
+// (include/ddp/dist/host_process_group.h, host_process_group.cpp) runs that
 // sequence for every collective; a backend derives from it and supplies only
 // the library calls, as a HostTransport whose methods run on its worker and
 // move raw host buffers. So staging, packing, aliasing and in-place rules

@@ -7,7 +7,8 @@
 // (on the caller's thread, after the kernels that produced it), the backend's
 // worker runs on the host copy, and copies the result back into the CUDA
 // tensor before completing the Work (Note [Work completion]). CPU tensors are
-// used in place. See ARCHITECTURE.md "Backends without a GPU".
+// used in place. So ranks without a GPU of their own, or several ranks
+// sharing one GPU, can still run collectives on CUDA tensors.
 //
 // Note [Half precision on the wire]
 // Neither MPI nor Gloo has a portable f16/bf16 reduction, so f16 and bf16

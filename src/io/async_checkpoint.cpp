@@ -109,13 +109,14 @@ double AsyncCheckpointer::last_write_s() const {
   return last_write_s_;
 }
 
-// Note [Snapshot buffers]: the host copies of one save are kept and filled
-// again by the next (the previous write has finished by then, and the Job
-// that referenced them is gone), so a run pays for the first snapshot's
-// allocation and page faults once: on a fresh 195 MiB ResNet-50 snapshot
-// those were most of its time. A tensor whose shape or dtype changed gets a
-// new buffer. Device tensors go through pinned buffers with asynchronous
-// copies; save() synchronises once after all of them.
+// Note [Snapshot buffers]
+// The host copies of one save are kept and filled again by the next (the
+// previous write has finished by then, and the Job that referenced them is
+// gone), so a run pays for the first snapshot's allocation and page faults
+// once: on a fresh 195 MiB ResNet-50 snapshot those were most of its time. A
+// tensor whose shape or dtype changed gets a new buffer. Device tensors go
+// through pinned buffers with asynchronous copies; save() synchronises once
+// after all of them.
 Tensor AsyncCheckpointer::snapshot_of(const std::string& name, const Tensor& t,
                                       bool& device_copies) {
   if (!t.defined()) return t;

@@ -114,7 +114,7 @@ TensorDesc::TensorDesc(int64_t c, DType dtype, const char* op) {
 }
 
 TensorDesc::~TensorDesc() {
-  if (desc_) cudnnDestroyTensorDescriptor(desc_);  // never throws: see ARCHITECTURE.md
+  if (desc_) cudnnDestroyTensorDescriptor(desc_);  // destructors never throw (docs/design.md)
 }
 
 }  // namespace ddp::nn::cudnn_util

@@ -30,7 +30,7 @@ Tensor full_like(const Tensor& x, double value) {
 
 Tensor empty_like(const Tensor& x) {
   check_defined("empty_like", x, "x");
-  // See Note [Memory-format propagation] in tensor.h: x's dense layout.
+  // See Note [Memory-format propagation] in memory_format.h: x's dense layout.
   return empty_in_layout_of({x}, x.shape(), options(x.dtype(), x.device()));
 }
 

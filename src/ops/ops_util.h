@@ -51,7 +51,7 @@ TensorOptions options(DType dtype, Device device);
 // A contiguous output for op (checks kMaxDims); never requires grad.
 Tensor empty_out(const char* op, const Shape& shape, DType dtype, Device device);
 // The same, laid out like its inputs: see Note [Memory-format propagation]
-// in tensor.h (the first dense input with the output's shape decides).
+// in memory_format.h (the first dense input with the output's shape decides).
 Tensor empty_out(const char* op, const Shape& shape, DType dtype, Device device,
                  const Tensors& inputs);
 

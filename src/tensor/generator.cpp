@@ -2,10 +2,10 @@
 
 namespace ddp {
 
-// Note [Default generator]: like torch's default CPU generator, one per
-// process, used when a random op is given none. It is internally locked;
-// code that needs independent streams (a data loader, a second model) passes
-// its own Generator.
+// Note [Default generator]
+// Like torch's default CPU generator, one per process, used when a random op is
+// given none. It is internally locked; code that needs independent streams (a
+// data loader, a second model) passes its own Generator.
 Generator& default_generator() {
   static Generator gen(0x5eed);
   return gen;

@@ -1,4 +1,4 @@
-// See Note [Memory-format propagation] in include/ddp/tensor/tensor.h.
+// See Note [Memory-format propagation] in include/ddp/tensor/memory_format.h.
 
 #include <algorithm>
 #include <numeric>

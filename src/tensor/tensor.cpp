@@ -259,10 +259,11 @@ Tensor Tensor::contiguous() const {
   return copy_into(*this, Tensor::empty(shape(), TensorOptions(dtype()).device(device())), "clone");
 }
 
-// Note [In-place ops and autograd]: copy_, fill_, add_ and friends are not
-// recorded. They raise on a tensor that requires grad while grad mode is on
-// (like torch's leaf check), so an in-place write can never silently corrupt
-// a recorded graph; optimizers and the DDP engine use them under NoGradGuard.
+// Note [In-place ops and autograd]
+// copy_, fill_, add_ and friends are not recorded. They raise on a tensor that
+// requires grad while grad mode is on (like torch's leaf check), so an in-place
+// write can never silently corrupt a recorded graph; optimizers and the DDP
+// engine use them under NoGradGuard.
 static void check_inplace(const Tensor& t, const char* op) {
   DDP_CHECK(!(autograd::grad_enabled() && t.requires_grad()),
             "{}: in-place operation on {} that requires grad while grad mode is on; "

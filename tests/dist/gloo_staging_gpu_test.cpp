@@ -1,5 +1,5 @@
 // Gloo with CUDA tensors produced on a non-default stream (label gpu): the
-// host staging (ARCHITECTURE.md "Backends without a GPU") must copy a tensor
+// host staging (Note [Host staging]) must copy a tensor
 // out only after the work queued on the caller's current stream has made it,
 // and hand the result back so that later work on that stream sees it. Two
 // ranks as threads of this process, sharing the one GPU, each on its own

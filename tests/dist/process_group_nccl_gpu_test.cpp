@@ -5,7 +5,7 @@
 // shutdown with work in flight, and bad input. Every test needs a GPU and
 // skips without one. With one rank every reduction is the identity, so the
 // expected values are the inputs. Multi-rank runs need one GPU per rank (NCCL
-// refuses two ranks on one GPU; ARCHITECTURE.md).
+// refuses two ranks on one GPU).
 #include "ddp/config.h"
 
 #if DDP_HAVE_NCCL

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes tests/golden/grad_scaler.safetensors, the reference of
-tests/amp/grad_scaler_golden_test.cpp: torch.cuda.amp.GradScaler driving
+tests/amp/grad_scaler_test.cpp: torch.cuda.amp.GradScaler driving
 torch.optim.SGD through scripted sequences of finite and non-finite
 gradients. Run with Debian's python3-torch (a CPU build):
 

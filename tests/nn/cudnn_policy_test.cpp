@@ -5,7 +5,7 @@
 //   workspace does not fit, and the message when none does;
 // - the conv bias path, and the bias gradient's f32 accumulation (shown
 //   with sums a 16-bit accumulator could not reach).
-// Run on CPU tensors; the GPU side is tests/nn/cudnn_fixes_gpu_test.cpp.
+// Run on CPU tensors; the GPU side is tests/nn/cudnn_graph_gpu_test.cpp.
 
 #include "nn/cudnn_policy.h"
 

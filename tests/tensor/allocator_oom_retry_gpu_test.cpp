@@ -1,7 +1,7 @@
 // The caching allocator's out-of-memory retry with blocks still awaiting
-// events on other streams (label gpu; Note in cuda_allocator_cuda.cpp: when
-// cudaMalloc fails, it waits for pending events, returns whole free segments
-// to the driver and tries once more).
+// events on other streams (label gpu; Note [Caching allocator] in
+// caching_allocator_cuda.cpp: when cudaMalloc fails, it waits for pending
+// events, returns whole free segments to the driver and tries once more).
 //
 // A block of 45% of the free memory is freed by the host while a side stream,
 // kept busy by a queue of matrix products, has yet to read it

@@ -185,7 +185,7 @@ TEST(CpuBackendCopy, FloatToIntegerAndBool) {
   auto v = values<int32_t>(i32);
   EXPECT_EQ(v[0], 2);  // truncates toward zero
   EXPECT_EQ(v[1], -2);
-  EXPECT_EQ(v[2], 0);  // NaN -> 0 (see Note [CPU casts])
+  EXPECT_EQ(v[2], 0);  // NaN -> 0 (see Note [Scalar casts])
   EXPECT_EQ(v[4], 0);
   EXPECT_EQ(v[5], 0);
   Tensor i64 = empty(DType::i64, {6});

@@ -1,5 +1,6 @@
 // The CUDA caching allocator and the pinned host allocator (internal
-// interface src/the allocator headers (caching_allocator.h, pinned_allocator.h, device_guard.h, cuda_event_pool.h)). Every test needs a GPU and skips
+// interfaces in src/tensor/: caching_allocator.h, pinned_allocator.h,
+// device_guard.h, cuda_event_pool.h). Every test needs a GPU and skips
 // without one. Tests look at differences of the statistics and start from
 // empty_cache(), so they do not depend on each other's leftovers.
 

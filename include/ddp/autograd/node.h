@@ -1,9 +1,11 @@
 #pragma once
-// The backward graph. Note [Recording backward]: an op that needs history
-// calls record() with its inputs, its outputs and a lambda that maps the
-// gradients of the outputs to the gradients of the inputs. The lambda must
-// capture the tensors it needs via detach() (never the outputs themselves),
-// so the graph holds no reference cycle.
+// The backward graph.
+//
+// Note [Recording backward]
+// An op that needs history calls record() with its inputs, its outputs and a
+// lambda that maps the gradients of the outputs to the gradients of the inputs.
+// The lambda must capture the tensors it needs via detach() (never the outputs
+// themselves), so the graph holds no reference cycle.
 
 #include <cstdint>
 #include <functional>

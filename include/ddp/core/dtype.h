@@ -1,7 +1,10 @@
 #pragma once
-// Element types. Note [Compute type]: kernels load a storage type T, compute
-// in compute_t<T> (float for f16/bf16/f32, double for f64, int64 for integers)
-// and store T again, so every backend rounds exactly once per op.
+// Element types.
+//
+// Note [Compute type]
+// Kernels load a storage type T, compute in compute_t<T> (float for
+// f16/bf16/f32, double for f64, int64 for integers) and store T again, so every
+// backend rounds exactly once per op.
 
 #include <cstdint>
 #include <string>

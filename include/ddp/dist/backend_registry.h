@@ -5,7 +5,7 @@
 // Note [Backend registry]
 // Each backend registers itself from its own source file (gloo from
 // process_group_gloo.cpp, mpi from process_group_mpi.cpp, nccl from
-// process_group_nccl.cpp) with a name, the device types whose tensors it
+// register_nccl.cpp) with a name, the device types whose tensors it
 // takes, a test of whether it can run in this launch, and a factory. A build
 // without a dependency does not compile that file (src/CMakeLists.txt selects
 // *_gloo.cpp, *_mpi.cpp, *_nccl.cpp by what was found), so it simply has no

@@ -45,7 +45,7 @@ ReduceOp reduce_op_from_name(const std::string& name);  // "sum", "avg", ...; Va
 struct BackendCaps {
   bool cpu_tensors = true;
   bool cuda_tensors = false;  // natively (NCCL); host-staged backends say false but stage
-  bool stage_cuda_through_host = true;  // see ARCHITECTURE.md "Backends without a GPU"
+  bool stage_cuda_through_host = true;  // Note [Host staging] (src/dist/host_staging.h)
   bool avg = true;           // ReduceOp::avg natively (else sum then divide)
 
   // A CPU backend (mpi, gloo): CUDA tensors staged through host memory (See

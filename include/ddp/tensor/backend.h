@@ -1,5 +1,5 @@
 #pragma once
-// Backend: the kernels one device type provides. The ops frontend (ops.cpp)
+// Backend: the kernels one device type provides. The ops frontend (src/ops/)
 // checks arguments, broadcasts, promotes dtypes, allocates outputs and records
 // autograd; then it calls exactly one Backend method per kernel. So a backend
 // never validates user input: the frontend guarantees what each method's

@@ -1,6 +1,8 @@
 #pragma once
-// Counter-based random numbers (Philox-4x32-10). Note [Counter-based RNG]:
-// element i of a random op drawn at generator offset o uses counter o + i and
+// Counter-based random numbers (Philox-4x32-10).
+//
+// Note [Counter-based RNG]
+// Element i of a random op drawn at generator offset o uses counter o + i and
 // key = seed, so the CPU and CUDA kernels produce the very same numbers and a
 // generator's whole state is (seed, offset): cheap to save and restore.
 

@@ -6,8 +6,11 @@
 // kernels from these lists, the ops frontend (ops.h) declares one function per
 // entry, and the op registry (op_registry.h) that the op-consistency test
 // iterates is generated from them. Adding an elementwise op = one line here
-// plus its functor. Ops with their own kernel shape (matmul, softmax, gather,
-// ...) are listed in op_registry.cpp, and each backend implements them.
+// plus its functor. Ops with their own kernel shape are Backend methods
+// (bmm, gather, ...: backend.h) or kernels declared once in
+// kernels/kernel_list.h (softmax, layer_norm, ...) and registered per device
+// type (Note [Kernel registry]); their OpInfos are written by hand
+// (op_registry_tensor_ops.cpp and the higher layers' op_infos files).
 
 // X(name, Functor, float_only): float_only ops promote integer inputs to f32.
 #define DDP_FOR_EACH_UNARY_OP(X) \

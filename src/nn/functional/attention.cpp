@@ -65,11 +65,13 @@ bool heads_merge(const Tensor& t) {
 }
 
 // The reference path on checked inputs, with the scale resolved.
-// Note [Strided attention on the CPU]: GPT's q, k and v (views of the fused
-// qkv, strides [T·3C, D, 3C, 1]) have batch and head strides that do not
-// merge, so viewing them as [B·H, T, D] would copy each; the heads of one
-// batch element share one stride, so such operands are attended one batch
-// element at a time, read in place, and only the outputs are stacked.
+//
+// Note [Strided attention on the CPU]
+// GPT's q, k and v (views of the fused qkv, strides [T·3C, D, 3C, 1]) have
+// batch and head strides that do not merge, so viewing them as [B·H, T, D]
+// would copy each; the heads of one batch element share one stride, so such
+// operands are attended one batch element at a time, read in place, and only
+// the outputs are stacked.
 Tensor reference_path(const Tensor& q, const Tensor& k, const Tensor& v, bool is_causal,
                       double s) {
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3), S = k.size(2);

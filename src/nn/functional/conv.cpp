@@ -189,11 +189,12 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const std::string who = who_in.empty() ? "conv2d" : who_in;
   ConvGeometry g = check_args(who, x, weight, bias, params);
 
-  // Note [NCHW convolutions on the CPU]: oneDNN's kernels run NHWC (Note
-  // [oneDNN layouts]). An NCHW f32 convolution converts x and dy once here,
-  // and keeps x's NHWC copy for backward-weights, instead of each pass
-  // converting its own inputs: four layout passes per convolution instead
-  // of six. y and dx are handed back NCHW, so callers see no difference.
+  // Note [NCHW convolutions on the CPU]
+  // oneDNN's kernels run NHWC (Note [oneDNN layouts]). An NCHW f32 convolution
+  // converts x and dy once here, and keeps x's NHWC copy for backward-weights,
+  // instead of each pass converting its own inputs: four layout passes per
+  // convolution instead of six. y and dx are handed back NCHW, so callers see
+  // no difference.
   const bool nchw_out = !x.is_cuda() && g.dtype == DType::f32 && !g.channels_last;
   if (nchw_out) g.channels_last = true;
   Tensor xin = nchw_out ? to_nhwc_cpu(x.detach()) : in_layout(x.detach(), g.channels_last);

@@ -348,7 +348,11 @@ void backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, 
 
 }  // namespace ddp::nn::functional::conv_detail::onednn
 
-#else  // !DDP_HAVE_DNNL: conv.cpp raises NotImplementedError before calling these.
+#else  // !DDP_HAVE_DNNL
+// conv_cpu.cpp's kernels raise NotImplementedError (require_onednn) before
+// calling forward or backward_*; copy_layout, which conv.cpp calls directly
+// to re-lay out NCHW f32 tensors on the CPU, raises here; cache_stats reports
+// an empty cache.
 
 #include "ddp/core/error.h"
 #include "nn/functional/conv_cpu.h"

@@ -404,7 +404,7 @@ TEST(SendRecv, SizeMismatchFailsTheReceive) {
 // ---- CUDA tensors on a host backend ------------------------------------------------
 
 // Several ranks may share one GPU: the host backends stage CUDA tensors
-// through host memory (ARCHITECTURE.md "Backends without a GPU").
+// through host memory (Note [Host staging]).
 TEST(CudaStaging, AllreduceBroadcastAllgather) {
   if (!cuda::is_available()) GTEST_SKIP() << "no GPU: " << cuda::unavailable_reason();
   if (!pg().caps().cuda_tensors && !pg().caps().stage_cuda_through_host)
