@@ -3,6 +3,7 @@
 
 #include "ddp/data/data_loader.h"
 #include "ddp/data/dataset.h"
+#include "ddp/data/elastic_sampler.h"
 #include "ddp/data/image_folder.h"
 #include "ddp/data/image_transform.h"
 #include "ddp/data/packed_images.h"
