@@ -53,31 +53,59 @@ DistributedDataParallelBase::DistributedDataParallelBase(std::shared_ptr<nn::Mod
   DDP_CHECK(group_ != nullptr, "DistributedDataParallel: no process group given");
   DDP_CHECK(options_.bucket_cap_mb > 0, "DistributedDataParallel: bucket_cap_mb must be > 0, got {}",
             options_.bucket_cap_mb);
-  nn::TensorDict named;
-  for (const auto& [name, p] : module_base_->named_parameters())
-    if (p.requires_grad()) named.insert(name, p);
-  verify_same_model_on_all_ranks();
+  buffers_ = module_base_->buffers();
+  if (!options_.fault_tolerant) {
+    verify_same_model_on_all_ranks();
+    Tensors state = module_base_->parameters();  // frozen ones too: all ranks start equal
+    state.insert(state.end(), buffers_.begin(), buffers_.end());
+    broadcast_from(state, 0);
+  }
+  if (options_.auto_bucket_size)
+    tuner_ = std::make_unique<BucketAutoTuner>(tuner_params(), options_.auto_bucket_iterations);
+  reducer_ = make_reducer(group_);
+}
 
+Tensors DistributedDataParallelBase::tuner_params() const {
+  Tensors params;
+  for (const auto& [name, p] : module_base_->named_parameters())
+    if (p.requires_grad()) params.push_back(p);
+  return params;
+}
+
+std::unique_ptr<Reducer> DistributedDataParallelBase::make_reducer(
+    std::shared_ptr<dist::ProcessGroup> group) const {
   Tensors params;
   std::vector<std::string> names;
-  for (const auto& [name, p] : named) {
-    params.push_back(p);
-    names.push_back(name);
-  }
-  buffers_ = module_base_->buffers();
-  Tensors state = module_base_->parameters();  // frozen ones too: all ranks start equal
-  state.insert(state.end(), buffers_.begin(), buffers_.end());
-  broadcast_from(state, 0);
-
+  for (const auto& [name, p] : module_base_->named_parameters())
+    if (p.requires_grad()) {
+      params.push_back(p);
+      names.push_back(name);
+    }
   ReducerOptions r;
   r.bucket_cap_mb = options_.bucket_cap_mb;
   r.find_unused_parameters = options_.find_unused_parameters;
   r.rebuild_buckets = options_.rebuild_buckets;
   r.static_graph = options_.static_graph;
   r.gradient_as_bucket_view = options_.gradient_as_bucket_view;
-  if (options_.auto_bucket_size)
-    tuner_ = std::make_unique<BucketAutoTuner>(params, options_.auto_bucket_iterations);
-  reducer_ = std::make_unique<Reducer>(std::move(params), std::move(names), group_, r);
+  return std::make_unique<Reducer>(std::move(params), std::move(names), std::move(group), r);
+}
+
+void DistributedDataParallelBase::reset_group(std::shared_ptr<dist::ProcessGroup> group,
+                                              bool keep_comm_hook) {
+  DDP_CHECK(group != nullptr, "DistributedDataParallel::reset_group: no process group given");
+  DDP_CHECK(join_ == nullptr,
+            "DistributedDataParallel::reset_group: not inside a Join scope (its collectives "
+            "count the old group's ranks)");
+  // Drop whatever a failed backward left: the gradients may be views of the
+  // old reducer's (possibly abandoned) buffers.
+  for (const Tensor& p : module_base_->parameters()) Tensor(p).set_grad(Tensor());
+  std::unique_ptr<Reducer> next = make_reducer(group);
+  std::swap(reducer_, next);
+  next.reset();  // removes the old reducer's hooks
+  group_ = std::move(group);
+  if (tuner_) tuner_ = std::make_unique<BucketAutoTuner>(tuner_params(), options_.auto_bucket_iterations);
+  if (comm_hook_ && keep_comm_hook) reducer_->register_comm_hook(comm_hook_);
+  if (!keep_comm_hook) comm_hook_ = nullptr;
 }
 
 DistributedDataParallelBase::~DistributedDataParallelBase() = default;

@@ -71,6 +71,12 @@ struct DDPOptions {
   // and the predicted exposed time are logged (info).
   bool auto_bucket_size = false;
   int auto_bucket_iterations = 5;
+  // The group comes from a parallel::ElasticGroup (ddp/parallel/elastic.h),
+  // which has made every replica's state equal and checks joiners' models
+  // itself: construction communicates nothing (a joiner builds its DDP
+  // alone, while the others go on), and reset_group() follows membership
+  // changes.
+  bool fault_tolerant = false;
 };
 
 // What does not depend on the module's forward signature.
@@ -90,7 +96,23 @@ class DistributedDataParallelBase {
 
   // Replaces the default averaging allreduce (comm_hooks.h). Call it before
   // the first backward, with the same hook on every rank.
-  void register_comm_hook(CommHook hook) { reducer_->register_comm_hook(std::move(hook)); }
+  void register_comm_hook(CommHook hook) {
+    reducer_->register_comm_hook(hook);
+    comm_hook_ = std::move(hook);
+  }
+
+  // Moves DDP to another group, between iterations: after an elastic
+  // membership change (ddp/parallel/elastic.h: call it from on_change). The
+  // reducer starts afresh on `group`, as at construction (its buckets are
+  // rebuilt after the first iteration, the automatic sizer starts over), so
+  // that survivors and a joiner, whose DDP is new, do the same collectives;
+  // an unfinished iteration (a backward that failed) is dropped, .grad
+  // cleared. Nothing is communicated: the ranks of `group` must already hold
+  // equal parameters and buffers (the ElasticGroup sends them to a joiner).
+  // The comm hook is registered again; a hook that keeps state of the old
+  // group (PowerSGD) must be registered anew by the caller instead: pass
+  // keep_comm_hook = false. Not inside a Join scope.
+  void reset_group(std::shared_ptr<dist::ProcessGroup> group, bool keep_comm_hook = true);
 
   // Runs fn at the start of every forward (training or evaluation), before
   // DDP's own work; hooks run in registration order. ZeRO-1 waits there for
@@ -165,6 +187,8 @@ class DistributedDataParallelBase {
 
  private:
   void verify_same_model_on_all_ranks();
+  std::unique_ptr<Reducer> make_reducer(std::shared_ptr<dist::ProcessGroup> group) const;
+  Tensors tuner_params() const;  // the trainable parameters
   Device model_device() const;
   void broadcast_from(const Tensors& tensors, int root);
 
@@ -173,6 +197,7 @@ class DistributedDataParallelBase {
   DDPOptions options_;
   std::unique_ptr<Reducer> reducer_;
   std::unique_ptr<BucketAutoTuner> tuner_;  // options_.auto_bucket_size
+  CommHook comm_hook_;                      // re-registered by reset_group
   Tensors buffers_;
   std::vector<std::function<void()>> forward_pre_hooks_;
   bool sync_ = true;

@@ -1,0 +1,194 @@
+#pragma once
+// ElasticGroup: fault-tolerant data parallelism without restarts. When a
+// rank dies, the survivors agree on the new membership through the job's
+// store, drop the failed step, build a new gloo group without the lost rank
+// and go on; a new or restarted rank joins at a step boundary and receives
+// the whole training state from a healthy peer, not from a checkpoint.
+//
+//   io::Checkpoint state;                 // what a joining rank must receive
+//   state.add("model", *model).add("optimizer", opt).add("sampler", sampler);
+//   parallel::ElasticGroup elastic(store, replica_id, world_size, state);
+//   parallel::DistributedDataParallel ddp(model, elastic.group(), {.fault_tolerant = true});
+//   elastic.on_change([&] { ddp.reset_group(elastic.group()); });
+//   while (elastic.step() < steps) {
+//     auto b = sampler.batch(elastic.rank(), elastic.size());
+//     elastic.run_step([&] { loss(ddp(x(b)), y(b)).backward(); },   // compute
+//                      [&] { opt.step(); opt.zero_grad(); sampler.advance(elastic.size()); });
+//   }
+//
+// The store must outlive every rank (a TCPStore hosted by the launcher,
+// `ddprun --elastic`, or a separate process): a store hosted by a worker
+// dies with it, and with it the job (DistNetworkError naming the store).
+// Gloo only: the membership changes by creating new gloo groups.
+//
+// Note [Elastic membership]
+// Members are named by a replica id that never changes (the launcher's
+// RANK at the first start); ranks are positions in the membership of one
+// generation. Generation 0 is the founding world: every founding process
+// adds itself to a counter and waits until world_size have. Every later
+// generation is either
+//  - a join: at the commit of step s (below) the deciding rank admits the
+//    pending join requests that pass the checks (job token, the model's
+//    parameter names and shapes, a step not ahead of the job's), publishes
+//    the next generation's members (the current ones, then the joiners)
+//    with its decision, and after applying step s every member and joiner
+//    creates the next gloo group; or
+//  - a heal: a step was aborted. Every survivor appends "<id>:<step>" to
+//    the next generation's candidate list and publishes that list as the
+//    members, with compare_set so that the first publisher wins and all
+//    adopt its list, once every member of the old generation is on it or
+//    `settle` has passed since its own arrival. A survivor that arrives
+//    after the publication is not a member: it joins as a new rank would.
+//    A membership below min_size stops every rank (ddp::Error naming the
+//    lost replicas). A failure while creating the new group (another rank
+//    lost) starts another heal.
+// Members that hold the job's state come first (then by replica id), so
+// rank 0 of a generation always has it; when any member lacks it (a
+// joiner), rank 0 broadcasts every section of the Checkpoint, its
+// generators and the step count, and the joiner loads them: afterwards
+// every replica is bit-identical. The founders get rank 0's state the same
+// way, as DDP's constructor would broadcast it; DDP itself is built with
+// DDPOptions::fault_tolerant, so that its construction communicates nothing
+// (a joiner builds it alone) and reset_group() follows the changes.
+//
+// Note [Elastic commit]
+// A step is applied (optimizer step, sampler advance) on every member or
+// on none. After its compute each member adds one to the step's counter in
+// the store; the member whose addition completes the count is the decider
+// and writes the decision "commit" (with the joiners it admits, if any).
+// A member whose compute failed with a communication error (a lost peer,
+// a timeout) writes "abort" instead, and a member that waits longer than
+// `timeout` for a decision writes "abort" too; all writes are compare_set
+// on one key, so the first wins and every member acts on the same value.
+// A member that failed never adds to the count, so "commit" means every
+// member finished the compute: its gradients are the average over all of
+// them. An aborted step changes nothing (the reducer has cleared every
+// .grad, Note [Bucket errors]; apply never ran), and the step is redone by
+// the next generation from the same sampler position. Errors that are not
+// communication errors (a shape error in the model) are not caught: they
+// end this rank, which the others then see as lost.
+// Cost per step: two or three store requests per rank (the counter, the
+// decision; a join check by the decider only), no collective.
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ddp/dist/process_group.h"
+#include "ddp/dist/process_group_gloo.h"
+#include "ddp/dist/store.h"
+#include "ddp/io/checkpoint.h"
+
+namespace ddp::parallel {
+
+namespace detail {
+struct ElasticMember {
+  int id;         // replica id
+  int64_t step;   // steps its state has committed; -1: it has none
+};
+}  // namespace detail
+
+struct ElasticOptions {
+  // Fewer members than this after a heal stops every rank.
+  int min_size = 1;
+  // Joiners beyond this many members wait for a place (0: no limit).
+  int max_size = 0;
+  // Each generation's collectives, the wait for a commit decision, and the
+  // creation of a group.
+  std::chrono::milliseconds timeout{30'000};
+  // How long a heal waits for survivors that have not arrived yet.
+  std::chrono::milliseconds settle{1'000};
+  // How long a joining rank waits to be admitted.
+  std::chrono::milliseconds join_timeout{300'000};
+  // Keys of the job in the store.
+  std::string key_prefix = "ddp/elastic/";
+  // Joiners must present the founders' token (another job's rank is
+  // refused). Empty: DDP_ELASTIC_TOKEN, else no token.
+  std::string job_token;
+  // The Checkpoint section whose tensors a joiner's must match in names,
+  // shapes and dtypes before it is admitted ("" for none).
+  std::string model_section = "model";
+  // The step count of this process's state (-1: unknown): the founders'
+  // step() starts there (0 when unknown; e.g. the step of the checkpoint
+  // they resumed from). A joiner whose step is ahead of the job's is refused
+  // (it belongs to another run); its state is replaced by the peer's in any
+  // case.
+  int64_t resume_step = -1;
+  // Address options of the gloo groups; group_name and timeout are set by
+  // the ElasticGroup, and roll_call_grace is shortened (membership is found
+  // by the heal, not by the roll call of Note [Naming the lost rank]).
+  dist::GlooOptions gloo = {};
+};
+
+class ElasticGroup {
+ public:
+  // Every process of the job calls this: the founders (the first
+  // world_size arrivals) return when all of them arrived; a later process
+  // (a replacement, an added node) returns once it was admitted at a step
+  // boundary and received the state. `state` is what a joiner receives and
+  // must outlive the group; per-rank sections (ZeRO-1, PowerSGD) are not
+  // supported yet (NotImplementedError). ValueError for bad options, a
+  // replica id that is already a member, another job's token, a model that
+  // differs (naming the first parameter and both shapes) or a future step;
+  // TimeoutError when the founders never gather or no admission comes.
+  ElasticGroup(std::shared_ptr<dist::Store> store, int replica_id, int world_size,
+               io::Checkpoint& state, ElasticOptions options = {});
+  ~ElasticGroup();
+  ElasticGroup(const ElasticGroup&) = delete;
+  ElasticGroup& operator=(const ElasticGroup&) = delete;
+
+  // The current generation's group; replaced after every membership change.
+  const std::shared_ptr<dist::ProcessGroup>& group() const { return group_; }
+  int rank() const { return rank_; }
+  int size() const { return int(members_.size()); }
+  int replica_id() const { return id_; }
+  int64_t generation() const { return generation_; }
+  // Replica ids of the members, in rank order.
+  const std::vector<int>& members() const { return members_; }
+  // Steps committed by the job (the same on every member).
+  int64_t step() const { return step_; }
+  // Membership changes so far seen by this process (heals and joins).
+  int64_t heals() const { return heals_; }
+  int64_t joins() const { return joins_; }
+
+  // Runs after every membership change, with the new group in place and the
+  // state synchronised: rebuild what holds the old group (DDP's reset_group).
+  void on_change(std::function<void()> fn) { on_change_.push_back(std::move(fn)); }
+
+  // One step: runs compute (forward and backward); when every member's
+  // compute succeeded, runs apply (optimizer step, sampler advance) and
+  // counts the step; returns true. When a member was lost, nothing is
+  // applied, the membership heals (on_change runs) and false is returned:
+  // call again to redo the step. Admitted joiners enter after apply.
+  // Note [Elastic commit].
+  bool run_step(const std::function<void()>& compute, const std::function<void()>& apply);
+
+ private:
+  std::string key(const std::string& k) const;
+  std::string step_key(const std::string& k) const;
+  void found(int world_size);
+  void join();
+  std::string decide(int64_t next_generation);
+  void heal();
+  void enter(int64_t generation, const std::vector<detail::ElasticMember>& members,
+             bool sync_all = false);
+  std::string describe_model() const;
+
+  std::shared_ptr<dist::Store> store_;
+  int id_;
+  io::Checkpoint& state_;
+  ElasticOptions options_;
+  std::shared_ptr<dist::ProcessGroup> group_;
+  std::vector<int> members_;
+  int rank_ = -1;
+  int64_t generation_ = -1;
+  int64_t step_ = 0;
+  int64_t heals_ = 0, joins_ = 0;
+  bool has_state_ = true;
+  std::vector<std::function<void()>> on_change_;
+};
+
+}  // namespace ddp::parallel

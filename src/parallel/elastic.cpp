@@ -1,0 +1,387 @@
+// ElasticGroup: Note [Elastic membership] and Note [Elastic commit] in
+// ddp/parallel/elastic.h. Store keys, under options.key_prefix:
+//   founders                 counter of founding arrivals
+//   g<G>/candidates          "id:step,..." founders (G = 0) or heal arrivals
+//   g<G>/members             "id:step,..." the members of generation G, in
+//                            rank order; step -1 (or behind) = needs state
+//   g<G>/gloo/...            that generation's gloo group
+//   g<G>/s<S>/done           counter of members whose step S computed
+//   g<G>/s<S>/decision       "abort", "commit" or "commit\t<G+1>"
+//   join/count, join/taken   join requests posted / answered
+//   join/<i>, join/<i>/answer  "id\ttoken\tstep\tmodel", "admit\t<G>" or "reject\t<why>"
+
+#include "ddp/parallel/elastic.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "ddp/config.h"
+#include "ddp/core/error.h"
+#include "ddp/core/logging.h"
+#include "elastic_state.h"
+
+namespace ddp::parallel {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr std::chrono::milliseconds kPoll{3};
+
+// Errors a lost or stuck peer causes; anything else is this rank's own.
+bool is_communication_error(const Error& e) {
+  return dynamic_cast<const DistNetworkError*>(&e) || dynamic_cast<const GlooError*>(&e) ||
+         dynamic_cast<const TimeoutError*>(&e) || dynamic_cast<const MpiError*>(&e) ||
+         dynamic_cast<const NcclError*>(&e);
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  std::stringstream in(s);
+  std::string part;
+  while (std::getline(in, part, sep)) out.push_back(part);
+  return out;
+}
+
+using Member = detail::ElasticMember;
+
+std::vector<Member> parse_members(const std::string& s) {
+  std::vector<Member> out;
+  for (const std::string& item : split(s, ',')) {
+    size_t colon = item.find(':');
+    DDP_CHECK(colon != std::string::npos, "elastic: a malformed member entry '{}'", item);
+    out.push_back({std::stoi(item.substr(0, colon)), std::stoll(item.substr(colon + 1))});
+  }
+  return out;
+}
+
+std::string format_members(const std::vector<Member>& ms) {
+  std::string out;
+  for (const Member& m : ms) out += fmt::format("{}{}:{}", out.empty() ? "" : ",", m.id, m.step);
+  return out;
+}
+
+// State holders first (the most steps committed), then those without the
+// job's state; by replica id within each, so that ranks are predictable.
+std::vector<Member> order_members(std::vector<Member> ms) {
+  int64_t newest = -1;
+  for (const Member& m : ms) newest = std::max(newest, m.step);
+  std::sort(ms.begin(), ms.end(), [&](const Member& a, const Member& b) {
+    const bool ha = a.step == newest, hb = b.step == newest;
+    return ha != hb ? ha : a.id < b.id;
+  });
+  return ms;
+}
+
+// Appends item to the comma list under key; concurrent appends all land.
+void append(dist::Store& store, const std::string& key, const std::string& item) {
+  for (;;) {
+    std::string now = store.check({key}) ? store.get_string(key) : "";
+    std::string want = now.empty() ? item : now + "," + item;
+    if (store.compare_set(key, now, want) == want) return;
+  }
+}
+
+std::string ids_text(const std::vector<int>& ids) { return fmt::format("{}", fmt::join(ids, ", ")); }
+
+}  // namespace
+
+ElasticGroup::ElasticGroup(std::shared_ptr<dist::Store> store, int replica_id, int world_size,
+                           io::Checkpoint& state, ElasticOptions options)
+    : store_(std::move(store)), id_(replica_id), state_(state), options_(std::move(options)) {
+  DDP_CHECK(store_ != nullptr, "ElasticGroup: no store given");
+  DDP_CHECK(replica_id >= 0, "ElasticGroup: replica_id must be >= 0, got {}", replica_id);
+  DDP_CHECK(world_size >= 1, "ElasticGroup: world_size must be >= 1, got {}", world_size);
+  DDP_CHECK(options_.min_size >= 1, "ElasticGroup: min_size must be >= 1, got {}",
+            options_.min_size);
+  DDP_CHECK(options_.max_size == 0 || options_.max_size >= std::max(options_.min_size, world_size),
+            "ElasticGroup: max_size {} is below min_size {} or the founding world size {}",
+            options_.max_size, options_.min_size, world_size);
+  DDP_CHECK(options_.timeout.count() > 0 && options_.settle.count() > 0 &&
+                options_.join_timeout.count() > 0,
+            "ElasticGroup: timeout, settle and join_timeout must be > 0");
+  for (const auto& s : state_.sections())
+    DDP_CHECK_T(NotImplementedError, !s.per_rank(),
+                "ElasticGroup: per-rank checkpoint section '{}' (ZeRO-1, PowerSGD) cannot be sent "
+                "to a joining rank yet; use plain DDP with an elastic group",
+                s.name);
+  if (options_.job_token.empty())
+    if (const char* t = std::getenv("DDP_ELASTIC_TOKEN")) options_.job_token = t;
+  // Membership is found by the heal; a long roll call would only delay it.
+  options_.gloo.roll_call_grace =
+      std::min(options_.gloo.roll_call_grace, std::max(options_.settle / 4, kPoll));
+  options_.gloo.timeout = options_.timeout;
+
+  if (store_->add(key("founders"), 1) <= world_size)
+    found(world_size);
+  else
+    join();
+}
+
+ElasticGroup::~ElasticGroup() = default;
+
+std::string ElasticGroup::key(const std::string& k) const { return options_.key_prefix + k; }
+
+std::string ElasticGroup::step_key(const std::string& k) const {
+  return key(fmt::format("g{}/s{}/{}", generation_, step_, k));
+}
+
+void ElasticGroup::found(int world_size) {
+  const std::string token = "=" + options_.job_token;  // never empty
+  const std::string theirs = store_->compare_set(key("token"), "", token);
+  DDP_CHECK(theirs == token,
+            "ElasticGroup: replica {} has job token '{}', the job's founders have '{}': a rank "
+            "of another job",
+            id_, options_.job_token, theirs.substr(std::min<size_t>(1, theirs.size())));
+  const std::string list = key("g0/candidates");
+  step_ = std::max<int64_t>(options_.resume_step, 0);
+  append(*store_, list, fmt::format("{}:{}", id_, step_));
+  const auto deadline = Clock::now() + std::max(options_.join_timeout, store_->timeout());
+  std::vector<Member> founders;
+  for (;;) {
+    founders = parse_members(store_->get_string(list));
+    if (int(founders.size()) >= world_size) break;
+    if (Clock::now() > deadline) {
+      std::vector<int> ids;
+      for (const Member& m : founders) ids.push_back(m.id);
+      DDP_THROW(TimeoutError, "ElasticGroup: {} of {} founding ranks arrived (replicas {})",
+                founders.size(), world_size, ids_text(ids));
+    }
+    std::this_thread::sleep_for(kPoll);
+  }
+  std::sort(founders.begin(), founders.end(),
+            [](const Member& a, const Member& b) { return a.id < b.id; });
+  for (size_t i = 1; i < founders.size(); ++i)
+    DDP_CHECK(founders[i].id != founders[i - 1].id,
+              "ElasticGroup: two founding ranks have replica id {}", founders[i].id);
+  store_->compare_set(key("g0/members"), "", format_members(founders));
+  // The founders start from rank 0's state, as DDP's constructor would
+  // broadcast it (DDPOptions::fault_tolerant skips that).
+  enter(0, parse_members(store_->get_string(key("g0/members"))), /*sync_all=*/true);
+}
+
+void ElasticGroup::join() {
+  const auto deadline = Clock::now() + options_.join_timeout;
+  const std::string request = fmt::format("{}\t{}\t{}\t{}", id_, options_.job_token,
+                                          options_.resume_step, describe_model());
+  for (;;) {
+    const int64_t i = store_->add(key("join/count"), 1) - 1;
+    store_->set(key(fmt::format("join/{}", i)), request);
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    DDP_CHECK_T(TimeoutError, left.count() > 0,
+                "ElasticGroup: replica {} was not admitted within {} ms", id_,
+                options_.join_timeout.count());
+    std::string answer;
+    try {
+      answer = store_->get_string(key(fmt::format("join/{}/answer", i)), left);
+    } catch (const TimeoutError&) {
+      DDP_THROW(TimeoutError,
+                "ElasticGroup: replica {} was not admitted within {} ms (no member reached a step "
+                "boundary, or the job is full)",
+                id_, options_.join_timeout.count());
+    }
+    auto f = split(answer, '\t');
+    DDP_CHECK(f.size() == 2, "ElasticGroup: a malformed join answer '{}'", answer);
+    if (f[0] == "reject") DDP_THROW(ValueError, "ElasticGroup: replica {} refused: {}", id_, f[1]);
+    const int64_t g = std::stoll(f[1]);
+    const std::string members = store_->get_string(key(fmt::format("g{}/members", g)),
+                                                   options_.timeout);
+    auto ms = parse_members(members);
+    if (std::none_of(ms.begin(), ms.end(), [&](const Member& m) { return m.id == id_; }))
+      continue;  // the step that admitted us was aborted: ask again
+    has_state_ = false;
+    step_ = -1;
+    ++joins_;
+    enter(g, ms);
+    return;
+  }
+}
+
+// Note [Elastic commit]: the decider answers the pending join requests.
+std::string ElasticGroup::decide(int64_t next_generation) {
+  const int64_t posted = store_->add(key("join/count"), 0);
+  const int64_t taken = store_->add(key("join/taken"), 0);
+  if (posted <= taken) return "commit";
+  const std::string mine = describe_model();
+  std::vector<int> admitted;
+  int64_t i = taken;
+  for (; i < posted; ++i) {
+    if (options_.max_size > 0 && size() + int(admitted.size()) >= options_.max_size) break;
+    const std::string req_key = key(fmt::format("join/{}", i));
+    if (!store_->check({req_key})) break;  // posted but not yet written: next step
+    auto f = split(store_->get_string(req_key), '\t');
+    std::string why;
+    if (f.size() < 3) {
+      why = "a malformed join request";
+    } else {
+      const int id = std::stoi(f[0]);
+      const int64_t their_step = std::stoll(f[2]);
+      const std::string model = f.size() > 3 ? f[3] : "";
+      const bool taken_id =
+          std::find(members_.begin(), members_.end(), id) != members_.end() ||
+          std::find(admitted.begin(), admitted.end(), id) != admitted.end();
+      if (f[1] != options_.job_token)
+        why = fmt::format("its job token '{}' is not this job's", f[1]);
+      else if (taken_id)
+        why = fmt::format("replica id {} is already a member", id);
+      else if (their_step > step_)
+        why = fmt::format("its state is at step {}, ahead of the job's step {} (another run?)",
+                          their_step, step_);
+      else if (std::string d = detail::first_difference(mine, model); !d.empty())
+        why = "it has a different model: " + d;
+      if (why.empty()) admitted.push_back(id);
+    }
+    store_->set(req_key + "/answer", why.empty() ? fmt::format("admit\t{}", next_generation)
+                                                 : "reject\t" + why);
+    if (!why.empty())
+      DDP_LOG_WARNING("elastic: refused a joining rank at step {}: {}", step_, why);
+  }
+  store_->set(key("join/taken"), std::to_string(i));
+  if (admitted.empty()) return "commit";
+  std::vector<Member> next;
+  for (int m : members_) next.push_back({m, step_ + 1});  // after this step's apply
+  for (int a : admitted) next.push_back({a, -1});
+  store_->set(key(fmt::format("g{}/members", next_generation)), format_members(next));
+  return fmt::format("commit\t{}", next_generation);
+}
+
+bool ElasticGroup::run_step(const std::function<void()>& compute,
+                            const std::function<void()>& apply) {
+  std::string failure;
+  try {
+    compute();
+  } catch (const Error& e) {
+    if (!is_communication_error(e)) throw;
+    failure = e.what();
+  }
+  const std::string dkey = step_key("decision");
+  std::string decision;
+  if (failure.empty()) {
+    if (store_->add(step_key("done"), 1) == size()) {
+      decision = store_->compare_set(dkey, "", decide(generation_ + 1));
+    } else {
+      try {
+        store_->wait({dkey}, options_.timeout);
+      } catch (const TimeoutError&) {
+        failure = fmt::format("no decision within {} ms", options_.timeout.count());
+        store_->compare_set(dkey, "", "abort");
+      }
+      decision = store_->get_string(dkey);
+    }
+  } else {
+    decision = store_->compare_set(dkey, "", "abort");
+  }
+
+  if (decision.rfind("commit", 0) == 0) {
+    apply();
+    ++step_;
+    auto f = split(decision, '\t');
+    if (f.size() == 2) {
+      const int64_t g = std::stoll(f[1]);
+      ++joins_;
+      try {
+        enter(g, parse_members(store_->get_string(key(fmt::format("g{}/members", g)))));
+      } catch (const Error& e) {
+        if (!is_communication_error(e)) throw;
+        DDP_LOG_WARNING("elastic: admitting joiners into generation {} failed: {}", g, e.what());
+        heal();
+      }
+    }
+    return true;
+  }
+  DDP_LOG_WARNING("elastic: step {} of generation {} aborted on replica {}: {}", step_,
+                  generation_, id_, failure.empty() ? "another member failed" : failure);
+  heal();
+  return false;
+}
+
+void ElasticGroup::heal() {
+  for (;;) {
+    ++heals_;
+    const int64_t g = generation_ + 1;
+    const std::string cands = key(fmt::format("g{}/candidates", g));
+    const std::string published = key(fmt::format("g{}/members", g));
+    group_.reset();  // closes our connections: peers still in a collective fail now
+    append(*store_, cands, fmt::format("{}:{}", id_, has_state_ ? step_ : -1));
+    const auto arrived = Clock::now();
+    while (!store_->check({published})) {
+      auto now = parse_members(store_->get_string(cands));
+      const bool everyone = std::all_of(members_.begin(), members_.end(), [&](int id) {
+        return std::any_of(now.begin(), now.end(), [&](const Member& m) { return m.id == id; });
+      });
+      if (everyone || Clock::now() - arrived >= options_.settle) {
+        store_->compare_set(published, "", format_members(order_members(now)));
+        break;
+      }
+      std::this_thread::sleep_for(kPoll);
+    }
+    auto ms = parse_members(store_->get_string(published));
+    const bool in = std::any_of(ms.begin(), ms.end(), [&](const Member& m) { return m.id == id_; });
+    std::vector<int> lost;
+    for (int id : members_)
+      if (std::none_of(ms.begin(), ms.end(), [&](const Member& m) { return m.id == id; }))
+        lost.push_back(id);
+    if (int(ms.size()) < options_.min_size)
+      DDP_THROW(DistNetworkError,
+                "elastic: {} member(s) left after losing replica(s) {}, fewer than min_size {}",
+                ms.size(), ids_text(lost), options_.min_size);
+    if (!in) {
+      // Published before we arrived: come back as a joining rank would, with
+      // our state's step (it is replaced by a peer's).
+      DDP_LOG_WARNING("elastic: replica {} arrived after generation {} formed; joining again", id_,
+                      g);
+      options_.resume_step = step_;
+      join();
+      return;
+    }
+    if (!lost.empty())
+      DDP_LOG_WARNING("elastic: generation {} without replica(s) {}: {} member(s)", g,
+                      ids_text(lost), ms.size());
+    try {
+      enter(g, ms);
+      return;
+    } catch (const Error& e) {
+      if (!is_communication_error(e)) throw;
+      DDP_LOG_WARNING("elastic: forming generation {} failed: {}", g, e.what());
+    }
+  }
+}
+
+// Note [Elastic membership]: the new group, then the state for those who lack it.
+void ElasticGroup::enter(int64_t generation, const std::vector<Member>& members, bool sync_all) {
+  generation_ = generation;
+  members_.clear();
+  int64_t newest = -1;
+  for (const Member& m : members) {
+    members_.push_back(m.id);
+    newest = std::max(newest, m.step);
+  }
+  auto me = std::find(members_.begin(), members_.end(), id_);
+  DDP_CHECK(me != members_.end(), "elastic: replica {} is not in generation {}", id_, generation);
+  rank_ = int(me - members_.begin());
+  group_.reset();
+#if DDP_HAVE_GLOO
+  dist::GlooOptions g = options_.gloo;
+  g.group_name = key(fmt::format("g{}/gloo", generation));
+  group_ = dist::ProcessGroupGloo::create(store_, rank_, size(), g);
+#else
+  DDP_THROW(NotImplementedError, "ElasticGroup needs the gloo backend, which this build lacks");
+#endif
+  const bool someone_behind =
+      std::any_of(members.begin(), members.end(), [&](const Member& m) { return m.step < newest; });
+  if (someone_behind || (sync_all && size() > 1)) {
+    step_ = detail::broadcast_training_state(*group_, state_, has_state_ ? step_ : 0, 0);
+    has_state_ = true;
+  }
+  for (const auto& fn : on_change_) fn();
+}
+
+std::string ElasticGroup::describe_model() const {
+  return options_.model_section.empty() ? ""
+                                        : detail::describe_section(state_, options_.model_section);
+}
+
+}  // namespace ddp::parallel
