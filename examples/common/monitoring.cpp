@@ -10,7 +10,7 @@
 namespace examples {
 
 Monitor::Monitor(const MonitorOptions& o, ddp::dist::World& world, const std::string& program)
-    : device_(world.device) {
+    : device_(world.device), rank_(world.rank()) {
   std::exception_ptr failure;
   try {
     if (o.metrics_port > 0) {
@@ -37,6 +37,12 @@ Monitor::Monitor(const MonitorOptions& o, ddp::dist::World& world, const std::st
   if (failed_ranks > 0)
     throw ddp::Error("monitoring could not start on " + std::to_string(int(failed_ranks)) +
                      " other rank(s) (--metrics-port / --tensorboard; see their message)");
+  // Every rank or none (the trainers pass the same flag to every rank): the
+  // detector's exchange is a collective.
+  if (o.straggler_interval > 0)
+    stragglers_ = std::make_unique<ddp::parallel::StragglerDetector>(
+        world.group, ddp::parallel::StragglerOptions{.interval = o.straggler_interval},
+        world.device);
 }
 
 void Monitor::step_done(double step_s, const std::vector<ddp::parallel::BucketTiming>& timeline,
@@ -50,6 +56,9 @@ void Monitor::step_done(double step_s, const std::vector<ddp::parallel::BucketTi
                        : std::max(0.0, std::chrono::duration<double>(backward_end - last_ready).count());
   exposed_sum_ += exposed;
   ++exposed_steps_;
+  // Before the early return: the exchange is a collective, with or without metrics.
+  if (stragglers_ && stragglers_->observe(timeline) && metrics_)
+    metrics_->straggler_score.set(stragglers_->score(rank_));
   if (!metrics_) return;
   metrics_->step_seconds.observe(step_s);
   metrics_->steps.inc();

@@ -26,6 +26,7 @@
 #include "ddp/metrics/server.h"
 #include "ddp/metrics/training_metrics.h"
 #include "ddp/parallel/reducer.h"
+#include "ddp/parallel/straggler.h"
 
 namespace examples {
 
@@ -33,6 +34,10 @@ struct MonitorOptions {
   int64_t metrics_port = 0;     // 0: no metrics server; rank r serves PORT + its local rank
   std::string job_name;         // the `job` label; empty: the program's name
   std::string tensorboard_dir;  // empty: no event file
+  // > 0: every rank runs a StragglerDetector with this interval (a tiny
+  // allgather every that many steps; Note [Straggler score]) and exports its
+  // own score as ddp_straggler_score; 0: off.
+  int64_t straggler_interval = 0;
 };
 
 class Monitor {
@@ -50,7 +55,8 @@ class Monitor {
   // After each optimizer step: its wall time, and the reducer's bucket
   // timeline of that step's (synchronised) backward, which ended at
   // `backward_end`. Counts the allreduced bytes, each bucket's wait and the
-  // exposed communication.
+  // exposed communication. A collective every straggler_interval calls:
+  // every rank calls it once per step.
   void step_done(double step_s, const std::vector<ddp::parallel::BucketTiming>& timeline,
                  Clock::time_point backward_end);
 
@@ -73,6 +79,8 @@ class Monitor {
   std::unique_ptr<ddp::metrics::TrainingMetrics> metrics_;
   std::unique_ptr<ddp::metrics::MetricsServer> server_;
   std::unique_ptr<ddp::metrics::EventFileWriter> events_;
+  std::unique_ptr<ddp::parallel::StragglerDetector> stragglers_;
+  int rank_ = 0;
   double exposed_sum_ = 0;
   int64_t exposed_steps_ = 0;
 };

@@ -173,7 +173,8 @@ int run(const Options& o) {
   // Before any data or model work: a taken port or an unwritable folder
   // stops every rank now (Note [Monitoring starts on every rank or on none]).
   examples::Monitor monitor({.metrics_port = o.metrics_port, .job_name = o.job_name,
-                             .tensorboard_dir = o.tensorboard},
+                             .tensorboard_dir = o.tensorboard,
+                             .straggler_interval = o.straggler_every},
                             world, "train_gpt");
   manual_seed(uint64_t(o.seed));
 

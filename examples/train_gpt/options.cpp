@@ -55,6 +55,8 @@ Options parse_options(int argc, char** argv) {
               "serve Prometheus metrics at /metrics on PORT + local rank (0: off)", 0);
   cli.add_string("--job-name", &o.job_name, "the job label of the metrics (default: train_gpt)");
   cli.add_string("--tensorboard", &o.tensorboard, "write TensorBoard scalars (rank 0) to this folder");
+  cli.add_int("--straggler-every", &o.straggler_every,
+              "steps between straggler checks, one tiny allgather each (0: off; docs/ddp.md)", 0);
   cli.add_int("--log-every", &o.log_every, "steps between progress lines and metrics lines", 1);
   cli.add_int("--eval-every", &o.eval_every, "steps between validation passes (0: only at the end)", 0);
   cli.add_int("--val-batches", &o.val_batches, "validation batches per rank (0: the whole split)", 0);

@@ -33,6 +33,7 @@ struct Options {
   std::string metrics;
   int64_t metrics_port = 0;       // 0: off; rank r serves PORT + local rank
   std::string job_name;            // Prometheus `job` label; empty: the program's name
+  int64_t straggler_every = 10;   // steps between straggler checks (0: off; docs/ddp.md)
   std::string tensorboard;         // event-file folder (rank 0); empty: off
   int64_t log_every = 10;
   int64_t eval_every = 0;          // 0: only at the end

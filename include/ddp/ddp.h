@@ -30,6 +30,7 @@
 #include "ddp/parallel/comm_hooks.h"
 #include "ddp/parallel/distributed.h"
 #include "ddp/parallel/powersgd.h"
+#include "ddp/parallel/straggler.h"
 #include "ddp/parallel/sync_batch_norm.h"
 #include "ddp/tensor/cuda.h"
 #include "ddp/tensor/generator.h"

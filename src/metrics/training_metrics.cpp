@@ -35,6 +35,9 @@ TrainingMetrics::TrainingMetrics(Registry& r, bool with_device_memory)
       restarts(r.counter("ddp_restarts_total",
                          "Times the launcher restarted the worker group before this "
                          "attempt.").get()),
+      straggler_score(r.gauge("ddp_straggler_score",
+                              "Share of the last measured steps in which the other ranks waited "
+                              "for this rank (0..1; Note [Straggler score]).").get()),
       device_memory_bytes(with_device_memory
                               ? &r.gauge("ddp_device_memory_bytes",
                                          "GPU memory handed out to tensors now.").get()

@@ -28,6 +28,7 @@ struct TrainingMetrics {
   Histogram& bucket_wait_seconds;     // ddp_bucket_wait_seconds: per bucket, gradient ready -> reduced
   Gauge& peak_memory_bytes;           // ddp_peak_memory_bytes
   Counter& restarts;                  // ddp_restarts_total: the launcher's restart count
+  Gauge& straggler_score;             // ddp_straggler_score: this rank's (parallel/straggler.h)
   Gauge* device_memory_bytes;         // ddp_device_memory_bytes (null without a GPU)
 };
 
