@@ -103,8 +103,10 @@ std::shared_ptr<Store> make_store(const InitOptions& o, const LaunchEnv& env) {
     so.host = env.master_addr;
     so.port = uint16_t(env.master_port);
   }
-  so.is_server = env.rank == 0;
-  so.world_size = env.world_size;
+  // With the launcher's store (TORCHELASTIC_USE_AGENT_STORE) every rank is a
+  // client, and none counts itself: a replacement rank would count twice.
+  so.is_server = env.rank == 0 && !env.agent_store;
+  if (!env.agent_store) so.world_size = env.world_size;
   if (o.timeout.count() > 0) so.timeout = o.timeout;
   return std::make_shared<TCPStore>(so);
 }
@@ -225,6 +227,13 @@ std::shared_ptr<ProcessGroup> make_group(const BackendPlan& plan, BackendContext
 }
 
 }  // namespace
+
+std::shared_ptr<Store> connect_store(const LaunchEnv& env, std::chrono::milliseconds timeout) {
+  DDP_CHECK(timeout.count() >= 0, "connect_store: negative timeout");
+  InitOptions o;
+  o.timeout = timeout;
+  return make_store(o, env);
+}
 
 World init_process_group(const InitOptions& options) {
   DDP_CHECK(options.timeout.count() >= 0, "init_process_group: negative timeout");

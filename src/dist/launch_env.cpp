@@ -1,5 +1,6 @@
 #include "ddp/dist/launch_env.h"
 
+#include <cctype>
 #include <climits>
 #include <cstdint>
 #include <cstdio>
@@ -31,6 +32,19 @@ int require_int(const char* name, const char* launcher, int min_value = 0) {
   DDP_CHECK(v.has_value(), "{} launch detected but environment variable {} is not set", launcher,
             name);
   return *v;
+}
+
+// A yes/no variable in any case: torchrun writes Python's "True"/"False".
+bool read_flag(const char* name, bool fallback) {
+  auto v = env_string(name);
+  if (!v || v->empty()) return fallback;
+  std::string s;
+  for (char c : *v) s += char(std::tolower(static_cast<unsigned char>(c)));
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  DDP_THROW(ValueError,
+            "environment variable {}='{}' is not a boolean (1/0, true/false, yes/no, on/off)",
+            name, *v);
 }
 
 // The first value of several equivalent variables that is set.
@@ -87,6 +101,20 @@ LaunchEnv from_torchrun() {
   e.restart_count = read_first({"TORCHELASTIC_RESTART_COUNT", "DDP_RESTART_COUNT"}).value_or(0);
   validate(e, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
   e.node_rank = read_first({"GROUP_RANK", "NODE_RANK"}).value_or(derived_node_rank(e));
+  e.agent_store = read_flag("TORCHELASTIC_USE_AGENT_STORE", false);
+  // Note [ddprun elastic] (tools/ddprun/main.cpp).
+  e.elastic = read_flag("DDP_ELASTIC", false);
+  if (e.elastic) {
+    e.elastic_min = read_int("DDP_ELASTIC_MIN", 1).value_or(1);
+    e.elastic_max = read_int("DDP_ELASTIC_MAX", 1).value_or(e.world_size);
+    DDP_CHECK(e.elastic_min <= e.elastic_max,
+              "environment variable DDP_ELASTIC_MIN={} is above DDP_ELASTIC_MAX={}",
+              e.elastic_min, e.elastic_max);
+    DDP_CHECK(e.world_size <= e.elastic_max,
+              "environment variable WORLD_SIZE={} is above DDP_ELASTIC_MAX={}", e.world_size,
+              e.elastic_max);
+    e.elastic_token = env_string("DDP_ELASTIC_TOKEN", "");
+  }
   return e;
 }
 
@@ -272,10 +300,15 @@ std::vector<std::string> expand_slurm_nodelist(const std::string& nodelist) {
 
 LaunchEnv detect_launch_env() {
   // See Note [Launcher precedence].
-  if (is_set("RANK") || is_set("WORLD_SIZE")) return from_torchrun();
-  if (is_set("OMPI_COMM_WORLD_RANK")) return from_openmpi();
-  if (is_set("SLURM_PROCID")) return from_slurm();
-  return LaunchEnv{};
+  LaunchEnv e;
+  if (is_set("RANK") || is_set("WORLD_SIZE"))
+    e = from_torchrun();
+  else if (is_set("OMPI_COMM_WORLD_RANK"))
+    e = from_openmpi();
+  else if (is_set("SLURM_PROCID"))
+    e = from_slurm();
+  if (!e.elastic) e.elastic_min = e.elastic_max = e.world_size;
+  return e;
 }
 
 int select_local_device(const LaunchEnv& env, int device_count) {

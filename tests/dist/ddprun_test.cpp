@@ -1,7 +1,9 @@
 // Drives the built ddprun binary with small shell-script workers: the
 // environment contract, output prefixing, exit statuses, stopping a failed
-// group, restarts, signals and preemption, a two-node job on localhost, and
-// bad arguments.
+// group, restarts, signals and preemption, a two-node job on localhost, bad
+// arguments, and the elastic mode (Note [ddprun elastic]), whose store and
+// end-to-end tests start elastic_store_main / elastic_train_main
+// (ELASTIC_STORE_MAIN_PATH, ELASTIC_TRAIN_MAIN_PATH) as the workers.
 //
 // The binary's path comes from the compile definition DDPRUN_PATH, or else
 // from the environment variable DDPRUN_PATH; without either the tests skip.
@@ -14,7 +16,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "shell_util.h"
 
@@ -269,6 +276,211 @@ TEST_F(DdprunTest, HelpPrintsUsage) {
 TEST_F(DdprunTest, MissingProgramFails) {
   Result r = sh(bin_ + " --nproc-per-node 1 /nonexistent/program");
   EXPECT_EQ(r.status, 127) << r.output;
+}
+
+// --- elastic mode (Note [ddprun elastic]) -------------------------------------
+
+size_t count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The word after `key ` on the line of `text` that starts with `prefix`.
+std::string field_after(const std::string& text, const std::string& prefix) {
+  size_t at = text.find(prefix);
+  if (at == std::string::npos) return "";
+  at += prefix.size();
+  return text.substr(at, text.find_first_of(" \n", at) - at);
+}
+
+TEST_F(DdprunTest, ElasticEnvironmentContract) {
+  Result r = launch("--nproc-per-node 1:2 --master-port 0",
+                    "echo $RANK $WORLD_SIZE $LOCAL_WORLD_SIZE $DDP_ELASTIC $DDP_ELASTIC_MIN "
+                    "$DDP_ELASTIC_MAX $TORCHELASTIC_USE_AGENT_STORE ${#DDP_ELASTIC_TOKEN} "
+                    "$DDP_RESTART_COUNT");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r, "[0]: 0 2 2 1 1 2 True 32 0\n")) << r.output;
+  EXPECT_TRUE(has(r, "[1]: 1 2 2 1 1 2 True 32 0\n")) << r.output;
+  // --elastic with a plain N is N:N; a token in ddprun's environment is kept.
+  r = sh("DDP_ELASTIC_TOKEN=tok42 " + bin_ +
+         " --elastic --nproc-per-node 2 --master-port 0 /bin/sh -c "
+         "'echo $DDP_ELASTIC_MIN $DDP_ELASTIC_MAX $DDP_ELASTIC_TOKEN'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r, "[1]: 2 2 tok42\n")) << r.output;
+  // The classic mode says so, whatever an outer launcher left behind.
+  r = sh("TORCHELASTIC_USE_AGENT_STORE=True DDP_ELASTIC=1 " + bin_ +
+         " --nproc-per-node 1 /bin/sh -c 'echo $TORCHELASTIC_USE_AGENT_STORE $DDP_ELASTIC'");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r, "[0]: False 0\n")) << r.output;
+}
+
+TEST_F(DdprunTest, ElasticReplacesOnlyTheDeadWorker) {
+  // Rank 1's founder SIGKILLs itself; the others run on and finish.
+  Result r = launch("--nproc-per-node 2:3 --master-port 0",
+                    "echo start $RANK $DDP_RESTART_COUNT $TORCHELASTIC_RESTART_COUNT $$ "
+                    "$TORCHELASTIC_USE_AGENT_STORE $DDP_ELASTIC_TOKEN; "
+                    "if [ $RANK = 1 ] && [ $DDP_RESTART_COUNT = 0 ]; then sleep 0.3; kill -9 $$; "
+                    "fi; sleep 1.5; echo end $RANK $$");
+  EXPECT_EQ(r.status, 0) << r.output;
+  // Ranks 0 and 2 started once and ended with the same pid.
+  for (const std::string rank : {"0", "2"}) {
+    EXPECT_EQ(count(r.output, "]: start " + rank + " "), 1u) << rank << "\n" << r.output;
+    const std::string pid = field_after(r.output, "[" + rank + "]: start " + rank + " 0 0 ");
+    EXPECT_FALSE(pid.empty()) << r.output;
+    EXPECT_TRUE(has(r, "[" + rank + "]: end " + rank + " " + pid + "\n")) << r.output;
+  }
+  // Rank 1 twice: the founder, then one replacement with restart count 1,
+  // the same rank, the launcher's store and the same token.
+  EXPECT_EQ(count(r.output, "]: start 1 "), 2u) << r.output;
+  const std::string first = field_after(r.output, "[1]: start 1 0 0 ");
+  const std::string second = field_after(r.output, "[1]: start 1 1 1 ");
+  ASSERT_FALSE(second.empty()) << r.output;
+  EXPECT_NE(first, second) << r.output;
+  const std::string token = field_after(r.output, "[1]: start 1 1 1 " + second + " True ");
+  EXPECT_EQ(token.size(), 32u) << r.output;
+  EXPECT_TRUE(has(r, "[1]: start 1 0 0 " + first + " True " + token + "\n")) << r.output;
+  EXPECT_TRUE(has(r, "[0]: start 0 0 0 ")) << r.output;
+  EXPECT_TRUE(has(r, "[1]: end 1 " + second + "\n")) << r.output;
+  EXPECT_TRUE(has(r, "replacing it alone")) << r.output;
+  EXPECT_LT(r.seconds, 5.0) << r.output;
+}
+
+TEST_F(DdprunTest, ElasticStoreOutlivesRankZero) {
+#ifndef ELASTIC_STORE_MAIN_PATH
+  GTEST_SKIP() << "ELASTIC_STORE_MAIN_PATH is not set";
+#else
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("ddprun_elastic_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Result r = sh(bin_ + " --nproc-per-node 2:3 --master-port 0 " +
+                std::string(ELASTIC_STORE_MAIN_PATH) + " " + dir.string() + " 0");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r, "[0]: replacement of rank 0 found its predecessor's pid")) << r.output;
+  EXPECT_TRUE(has(r, "[1]: rank 1 saw the replacement")) << r.output;
+  EXPECT_TRUE(has(r, "[2]: rank 2 saw the replacement")) << r.output;
+  // What each worker's detect_launch_env saw: <rank>.<restart>.<pid>.
+  std::map<std::string, std::string> seen;
+  std::map<int, int> per_rank;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    std::ifstream f(e.path());
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string name = e.path().filename().string();
+    seen[name.substr(0, name.rfind('.'))] = ss.str();
+    ++per_rank[std::stoi(name)];
+  }
+  EXPECT_EQ(per_rank[0], 2) << r.output;  // the victim and its replacement
+  EXPECT_EQ(per_rank[1], 1) << r.output;  // the survivors never restarted
+  EXPECT_EQ(per_rank[2], 1) << r.output;
+  ASSERT_TRUE(seen.count("0.1") && seen.count("0.0") && seen.count("2.0")) << r.output;
+  const std::string& repl = seen["0.1"];
+  for (const char* line : {"rank 0\n", "world_size 3\n", "restart 1\n", "agent_store 1\n",
+                           "elastic 1\n", "min 2\n", "max 3\n"})
+    EXPECT_NE(repl.find(line), std::string::npos) << line << "\n" << repl;
+  EXPECT_NE(seen["2.0"].find("restart 0\n"), std::string::npos) << seen["2.0"];
+  const std::string token = field_after(repl, "token ");
+  EXPECT_EQ(token.size(), 32u) << repl;
+  EXPECT_EQ(field_after(seen["0.0"], "token "), token);
+  fs::remove_all(dir);
+#endif
+}
+
+TEST_F(DdprunTest, ElasticGroupHealsAndAdmitsTheReplacement) {
+#ifndef ELASTIC_TRAIN_MAIN_PATH
+  GTEST_SKIP() << "ELASTIC_TRAIN_MAIN_PATH is not set";
+#else
+  // End to end with ddp::parallel::ElasticGroup: rank 1's founder dies before
+  // step 3, the survivors heal, ddprun's replacement joins and receives the
+  // state; all three finish bit-identical.
+  Result r = sh("DDP_FLIGHT_RECORDER_SIZE=0 " + bin_ + " --nproc-per-node 2:3 --master-port 0 " +
+                std::string(ELASTIC_TRAIN_MAIN_PATH) + " 100 1");
+  if (has(r, "no gloo")) GTEST_SKIP() << "this build has no gloo";
+  EXPECT_EQ(r.status, 0) << r.output;
+  const std::string hash = field_after(r.output,
+                                       "[0]: done step 100 size 3 heals 1 joins 1 "
+                                       "restart 0 hash ");
+  ASSERT_EQ(hash.size(), 16u) << r.output;
+  EXPECT_TRUE(has(r, "[2]: done step 100 size 3 heals 1 joins 1 restart 0 hash " + hash + "\n"))
+      << r.output;
+  EXPECT_TRUE(has(r, "[1]: done step 100 size 3 heals 0 joins 1 restart 1 hash " + hash + "\n"))
+      << r.output;
+  EXPECT_EQ(count(r.output, "replacing it alone"), 1u) << r.output;
+#endif
+}
+
+TEST_F(DdprunTest, ElasticBelowMinWithoutReplacementsStopsNamingTheRanks) {
+  // Ranks 1 and 2 die at once; one replacement, which dies too: rank 0 alone
+  // is below MIN 2.
+  Result r = launch("--nproc-per-node 2:3 --max-replacements 1 --master-port 0",
+                    "if [ $RANK != 0 ]; then kill -9 $$; fi; sleep 30");
+  EXPECT_EQ(r.status, 128 + 9) << r.output;
+  EXPECT_TRUE(has(r, "fewer than the minimum 2")) << r.output;
+  EXPECT_TRUE(has(r, "lost ranks: 1, 2;")) << r.output;
+  EXPECT_EQ(count(r.output, "replacing it alone"), 1u) << r.output;
+  EXPECT_LT(r.seconds, 4.0) << r.output;
+}
+
+TEST_F(DdprunTest, ElasticSlotLeftEmptyFailsTheJob) {
+  // Above MIN the others finish, but the job ran one worker short.
+  Result r = launch("--nproc-per-node 1:2 --max-replacements 0 --master-port 0",
+                    "if [ $RANK = 1 ]; then exit 3; fi; sleep 0.5; echo done");
+  EXPECT_EQ(r.status, 3) << r.output;
+  EXPECT_TRUE(has(r, "[0]: done\n")) << r.output;
+  EXPECT_TRUE(has(r, "the slot stays empty")) << r.output;
+}
+
+TEST_F(DdprunTest, ElasticCompletionStopsAReplacementStillJoining) {
+  // Rank 1's replacement would wait 30 s to be admitted; rank 0 completes.
+  Result r = launch("--nproc-per-node 2:2 --preempt-grace 1 --master-port 0",
+                    "if [ $RANK = 1 ]; then if [ $DDP_RESTART_COUNT = 0 ]; then kill -9 $$; fi; "
+                    "sleep 30; fi; sleep 0.5; echo done $RANK");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_TRUE(has(r, "[0]: done 0\n")) << r.output;
+  EXPECT_TRUE(has(r, "stopping it")) << r.output;
+  EXPECT_LT(r.seconds, 5.0) << r.output;
+}
+
+TEST_F(DdprunTest, ElasticCompletionReplacesNothing) {
+  // Rank 0 finishes first; rank 1's founder then fails: no replacement, and
+  // a founder's failure fails the job.
+  Result r = launch("--nproc-per-node 1:2 --master-port 0",
+                    "if [ $RANK = 1 ]; then sleep 0.5; exit 5; fi; echo done");
+  EXPECT_EQ(r.status, 5) << r.output;
+  EXPECT_FALSE(has(r, "replacing it alone")) << r.output;
+  EXPECT_TRUE(has(r, "while the job was completing")) << r.output;
+}
+
+TEST_F(DdprunTest, ElasticPreemptionIsCleanWhenTheWorkersSave) {
+  Result r = preempted(bin_, "--nproc-per-node 1:2 --master-port 0",
+                       "trap \"echo saved $RANK; exit 0\" TERM; sleep 30 & wait", "TERM");
+  EXPECT_TRUE(has(r, "status=0\n")) << r.output;
+  EXPECT_TRUE(has(r, "[0]: saved 0\n")) << r.output;
+  EXPECT_TRUE(has(r, "[1]: saved 1\n")) << r.output;
+  EXPECT_FALSE(has(r, "replacing")) << r.output;
+  EXPECT_LT(r.seconds, 4.0) << r.output;
+}
+
+TEST_F(DdprunTest, ElasticBadArgumentsExitTwo) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--nproc-per-node 4:2", "MIN is above MAX"},
+      {"--nproc-per-node 0:2", "MIN must be at least 1"},
+      {"--nproc-per-node a:b", "expected N or MIN:MAX"},
+      {"--nproc-per-node 2:", "expected N or MIN:MAX"},
+      {"--nproc-per-node 1:2 --max-restarts 1", "no meaning in elastic mode"},
+      {"--nnodes 1:2 --nproc-per-node 2", "elastic mode is one node for now"},
+      {"--elastic --nproc-per-node 2 --nnodes 2 --master-port 1234",
+       "elastic mode (--nproc-per-node MIN:MAX or --elastic) is one node"},
+      {"--nproc-per-node 2 --max-replacements 1", "--max-replacements needs elastic mode"},
+      {"--nproc-per-node 1:2 --max-replacements -1", "--max-replacements"},
+  };
+  for (const auto& [args, why] : cases) {
+    Result r = sh(bin_ + " " + args + " /bin/true");
+    EXPECT_EQ(r.status, 2) << args << "\n" << r.output;
+    EXPECT_TRUE(has(r, why)) << args << "\n" << r.output;
+    EXPECT_TRUE(has(r, "usage: ddprun")) << args << "\n" << r.output;
+  }
 }
 
 }  // namespace

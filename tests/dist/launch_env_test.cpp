@@ -1,5 +1,6 @@
 // detect_launch_env over each launcher's variables, their precedence, Slurm
-// node lists, and the bad values that must raise ValueError.
+// node lists, and the bad values that must raise ValueError; ddprun's elastic
+// variables and connect_store under the launcher's store.
 
 #include "ddp/dist/launch_env.h"
 
@@ -11,6 +12,8 @@
 #include <string>
 
 #include "ddp/core/error.h"
+#include "ddp/dist/init.h"
+#include "ddp/dist/tcp_store.h"
 
 namespace ddp::dist {
 namespace {
@@ -29,6 +32,11 @@ const char* const kVars[] = {"RANK",
                              "TORCHELASTIC_RESTART_COUNT",
                              "DDP_RESTART_COUNT",
                              "DDPRUN",
+                             "TORCHELASTIC_USE_AGENT_STORE",
+                             "DDP_ELASTIC",
+                             "DDP_ELASTIC_MIN",
+                             "DDP_ELASTIC_MAX",
+                             "DDP_ELASTIC_TOKEN",
                              "OMPI_COMM_WORLD_RANK",
                              "OMPI_COMM_WORLD_SIZE",
                              "OMPI_COMM_WORLD_LOCAL_RANK",
@@ -291,6 +299,72 @@ TEST_F(LaunchEnvTest, BadMpiAndSlurmNameTheirVariables) {
   EXPECT_NE(error_of_detect().find("SLURM_NTASKS"), std::string::npos);
   set("SLURM_NTASKS", "x");
   EXPECT_NE(error_of_detect().find("SLURM_NTASKS"), std::string::npos);
+}
+
+TEST_F(LaunchEnvTest, ElasticFromDdprun) {
+  // What ddprun --nproc-per-node 2:3 hands slot 1 (Note [ddprun elastic]).
+  torchrun(1, 3, 1, 3);
+  set("DDPRUN", "1");
+  set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  set("DDP_ELASTIC", "1");
+  set("DDP_ELASTIC_MIN", "2");
+  set("DDP_ELASTIC_MAX", "3");
+  set("DDP_ELASTIC_TOKEN", "0123abcd");
+  LaunchEnv e = detect_launch_env();
+  EXPECT_TRUE(e.agent_store);
+  EXPECT_TRUE(e.elastic);
+  EXPECT_EQ(e.elastic_min, 2);
+  EXPECT_EQ(e.elastic_max, 3);
+  EXPECT_EQ(e.elastic_token, "0123abcd");
+  // Not elastic: the job needs all of its ranks; torchrun's "False".
+  set("DDP_ELASTIC", "0");
+  set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  e = detect_launch_env();
+  EXPECT_FALSE(e.agent_store);
+  EXPECT_FALSE(e.elastic);
+  EXPECT_EQ(e.elastic_min, 3);
+  EXPECT_EQ(e.elastic_max, 3);
+  EXPECT_EQ(e.elastic_token, "");
+  EXPECT_EQ(LaunchEnv().elastic_min, 1);
+}
+
+TEST_F(LaunchEnvTest, BadElasticVariablesNameThemselves) {
+  torchrun(0, 3, 0, 3);
+  set("TORCHELASTIC_USE_AGENT_STORE", "maybe");
+  EXPECT_NE(error_of_detect().find("TORCHELASTIC_USE_AGENT_STORE"), std::string::npos);
+  set("TORCHELASTIC_USE_AGENT_STORE", "true");
+  set("DDP_ELASTIC", "1");
+  set("DDP_ELASTIC_MIN", "4");
+  set("DDP_ELASTIC_MAX", "3");
+  EXPECT_NE(error_of_detect().find("DDP_ELASTIC_MIN=4"), std::string::npos);
+  set("DDP_ELASTIC_MIN", "0");
+  EXPECT_NE(error_of_detect().find("DDP_ELASTIC_MIN"), std::string::npos);
+  set("DDP_ELASTIC_MIN", "1");
+  set("DDP_ELASTIC_MAX", "2");
+  EXPECT_NE(error_of_detect().find("DDP_ELASTIC_MAX=2"), std::string::npos);  // below WORLD_SIZE
+}
+
+TEST_F(LaunchEnvTest, AgentStoreMakesRankZeroAClient) {
+  // The launcher's store (ddprun's elastic mode): rank 0 must not try to host
+  // one itself, and what it writes reaches the launcher's server.
+  TCPStoreOptions so;
+  so.bind_address = "127.0.0.1";
+  TCPStoreServer server(so);
+  server.start();
+  torchrun(0, 2, 0, 2);
+  set("MASTER_ADDR", "127.0.0.1");
+  set("MASTER_PORT", std::to_string(server.port()));
+  set("TORCHELASTIC_USE_AGENT_STORE", "True");
+  auto store = connect_store(detect_launch_env(), std::chrono::milliseconds(5000));
+  auto* tcp = dynamic_cast<TCPStore*>(store.get());
+  ASSERT_NE(tcp, nullptr);
+  EXPECT_FALSE(tcp->is_server());
+  store->set("from_rank0", std::string("hello"));
+  so.port = server.port();
+  TCPStore other(so);
+  EXPECT_EQ(other.get_string("from_rank0"), "hello");
+  store.reset();  // a client's end leaves the launcher's store up
+  EXPECT_EQ(other.get_string("from_rank0"), "hello");
 }
 
 TEST_F(LaunchEnvTest, SelectLocalDevice) {

@@ -4,6 +4,7 @@
 //   ddprun --nproc-per-node 4 ./train_resnet --epochs 1
 //   ddprun --nproc-per-node 8 --nnodes 2 --node-rank 0 --master-addr n0
 //          --master-port 29500 ./train_gpt    (on n0; --node-rank 1 on n1)
+//   ddprun --nproc-per-node 3:4 ./train_resnet --fault-tolerant   (elastic)
 //
 // Each worker sees RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
 // MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, DDP_RESTART_COUNT and
@@ -56,15 +57,56 @@
 // restarting, and every launcher exits with 128 + that signal. A node whose
 // group has already finished successfully does not come back for a
 // restart; the others then time out at the next barrier with a clear
-// error. Elastic membership (nodes joining or leaving) is not supported.
+// error. Elastic membership is Note [ddprun elastic].
+//
+// Note [ddprun elastic]
+// `--nproc-per-node MIN:MAX` (or `--elastic`, with N meaning N:N) runs the
+// job for ddp::parallel::ElasticGroup (ddp/parallel/elastic.h), whose
+// survivors keep training when a rank dies and let a replacement join at a
+// step boundary. Unlike Note [ddprun restarts], the launcher never touches
+// a survivor:
+//  - It starts MAX founders; RANK = LOCAL_RANK = the slot 0..MAX-1 (the
+//    worker's stable replica id), WORLD_SIZE = MAX, and it hands them
+//    DDP_ELASTIC=1, DDP_ELASTIC_MIN, DDP_ELASTIC_MAX, DDP_ELASTIC_TOKEN (a
+//    random token per job, or the one in ddprun's own environment) and
+//    TORCHELASTIC_USE_AGENT_STORE=True: the launcher itself hosts the
+//    workers' TCPStore at MASTER_ADDR:MASTER_PORT (a free port for 0), so
+//    the store outlives any worker (rank 0 connects as a client;
+//    init_process_group and connect_store follow the variable).
+//  - A worker that exits non-zero or by a signal is replaced alone: what is
+//    left of its process group gets SIGKILL, and the same slot is started
+//    again with the same RANK and TORCHELASTIC_RESTART_COUNT /
+//    DDP_RESTART_COUNT = that slot's restarts so far; at most
+//    --max-replacements (default 3 * MAX) in all. Past that the slot stays
+//    empty, and once the live workers are fewer than MIN the launcher stops
+//    the rest (SIGTERM, 5 s, SIGKILL) and exits with the last failure's
+//    status, naming the empty slots. (The workers' own MIN check, the heal's
+//    min_size, usually ends them first.)
+//  - A worker that exits 0 is done, and the job is then completing: nothing
+//    is replaced from then on (a worker that fails leaves its slot empty),
+//    and a replacement still running --preempt-grace seconds after that
+//    first exit 0 is taken as one that could not be admitted any more (its
+//    join would wait out its timeout): it gets SIGTERM, SIGKILL 5 s later.
+//    A replacement admitted in time finishes at the same step as the
+//    others and exits 0 by itself. Founders are never stopped this way (rank
+//    0 may still be writing the final checkpoint).
+//  - The exit status is 0 when every slot's last worker exited 0, or was a
+//    replacement that ended (or was stopped) after the job began completing;
+//    otherwise it is the status of the first slot for which neither holds:
+//    a slot left empty after the replacements ran out fails the job even
+//    when the others completed.
+//  - Signals are as in the classic mode (Note [ddprun preemption]): a
+//    preemption signal is clean when every worker running at that moment
+//    exits 0 within the grace (a replacement still waiting to join must
+//    exit 0 on it too); SIGINT ends the job with 130. Nothing is replaced
+//    after a signal.
+//  - --max-restarts (restarts of the whole group) has no meaning here and
+//    is refused (exit 2); one node only for now (`--nnodes` with a range, or
+//    elastic mode with --nnodes > 1, is refused): the replacement policy
+//    would need the launchers to agree on slots across nodes.
 
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -83,31 +125,15 @@
 #include "ddp/core/error.h"
 #include "ddp/dist/rendezvous.h"
 #include "ddp/dist/tcp_store.h"
+#include "launcher.h"
 
-extern char** environ;
-
+namespace ddprun {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-using namespace std::chrono_literals;
-
-constexpr auto kGracePeriod = 5s;
 constexpr const char* kUsage =
-    "usage: ddprun --nproc-per-node N [--nnodes M --node-rank K --master-addr HOST "
-    "--master-port PORT] [--max-restarts R] [--rdzv-timeout SECONDS] "
-    "[--preempt-grace SECONDS] PROGRAM [ARGS...]\n";
-
-struct Options {
-  int nproc = 0;
-  int nnodes = 1;
-  int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  int max_restarts = 0;
-  double rdzv_timeout_s = 300;
-  double preempt_grace_s = 30;  // Note [ddprun preemption]
-  std::vector<std::string> command;
-};
+    "usage: ddprun --nproc-per-node N|MIN:MAX [--elastic] [--max-replacements K] "
+    "[--nnodes M --node-rank K --master-addr HOST --master-port PORT] [--max-restarts R] "
+    "[--rdzv-timeout SECONDS] [--preempt-grace SECONDS] PROGRAM [ARGS...]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
   std::fprintf(stderr, "ddprun: %s\n%s", why.c_str(), kUsage);
@@ -125,8 +151,32 @@ std::string check_int(const std::string& text, long lo, long hi, int& out) {
   return "";
 }
 
+// "N" (lo = hi = N, ranged = false) or "MIN:MAX" with 1 <= MIN <= MAX.
+std::string check_range(const std::string& text, long lo, long hi, int& min_out, int& max_out,
+                        bool& ranged) {
+  const size_t colon = text.find(':');
+  int a = 0, b = 0;
+  if (colon == std::string::npos) {
+    if (auto why = check_int(text, lo, hi, a); !why.empty()) return why;
+    min_out = max_out = a;
+    ranged = false;
+    return "";
+  }
+  if (!check_int(text.substr(0, colon), 0, hi, a).empty() ||
+      !check_int(text.substr(colon + 1), 0, hi, b).empty())
+    return "bad value '" + text + "' (expected N or MIN:MAX, whole numbers)";
+  if (a < lo) return "bad value '" + text + "': MIN must be at least " + std::to_string(lo);
+  if (a > b) return "bad value '" + text + "': MIN is above MAX";
+  min_out = a;
+  max_out = b;
+  ranged = true;
+  return "";
+}
+
 Options parse_args(int argc, char** argv) {
   Options o;
+  bool nproc_ranged = false, nnodes_ranged = false;
+  int nnodes_min = 1;
   // "--flag value", "--flag=value" and torchrun's underscores; the first
   // argument that is not an option (or the one after "--") is the program.
   ddp_cli::CommandLine cli("ddprun", "");
@@ -137,8 +187,13 @@ Options parse_args(int argc, char** argv) {
     cli.add_value(names, "N", "", "",
                   [out, lo, hi](const std::string& v) { return check_int(v, lo, hi, *out); });
   };
-  add_int("--nproc-per-node,--nproc_per_node", &o.nproc, 1, 1 << 16);
-  add_int("--nnodes", &o.nnodes, 1, 1 << 16);
+  cli.add_value("--nproc-per-node,--nproc_per_node", "N|MIN:MAX", "", "",
+                [&](const std::string& v) {
+                  return check_range(v, 1, 1 << 16, o.nproc_min, o.nproc, nproc_ranged);
+                });
+  cli.add_value("--nnodes", "M", "", "", [&](const std::string& v) {
+    return check_range(v, 1, 1 << 16, nnodes_min, o.nnodes, nnodes_ranged);
+  });
   add_int("--node-rank,--node_rank", &o.node_rank, 0, 1 << 16);
   cli.add_value("--master-addr,--master_addr", "HOST", "", "", [&](const std::string& v) {
     if (v.empty()) return std::string("bad value ''");
@@ -147,6 +202,8 @@ Options parse_args(int argc, char** argv) {
   });
   add_int("--master-port,--master_port", &o.master_port, 0, 65535);
   add_int("--max-restarts,--max_restarts", &o.max_restarts, 0, 1 << 20);
+  add_int("--max-replacements,--max_replacements", &o.max_replacements, 0, 1 << 20);
+  cli.add_flag("--elastic", &o.elastic, "");
   cli.add_double("--rdzv-timeout,--rdzv_timeout", &o.rdzv_timeout_s, "", 0.0, /*exclusive=*/true);
   cli.add_double("--preempt-grace,--preempt_grace", &o.preempt_grace_s, "", 0.0);
   try {
@@ -160,6 +217,24 @@ Options parse_args(int argc, char** argv) {
   const bool have_port = cli.given("--master-port,--master_port");
   if (!have_nproc) usage_error("--nproc-per-node is required");
   if (o.command.empty()) usage_error("no program given");
+  // Note [ddprun elastic]: one node for now.
+  if (nnodes_ranged && o.nnodes > 1)
+    usage_error("--nnodes " + std::to_string(nnodes_min) + ":" + std::to_string(o.nnodes) +
+                ": elastic mode is one node for now; use --nproc-per-node MIN:MAX on one node");
+  o.elastic = o.elastic || nproc_ranged;
+  if (o.elastic) {
+    if (o.nnodes > 1)
+      usage_error(
+          "elastic mode (--nproc-per-node MIN:MAX or --elastic) is one node for now; "
+          "--nnodes must be 1");
+    if (o.max_restarts > 0)
+      usage_error(
+          "--max-restarts restarts the whole group and has no meaning in elastic mode "
+          "(--nproc-per-node MIN:MAX, --elastic); use --max-replacements");
+    if (o.max_replacements < 0) o.max_replacements = 3 * o.nproc;
+  } else if (cli.given("--max-replacements,--max_replacements")) {
+    usage_error("--max-replacements needs elastic mode (--nproc-per-node MIN:MAX or --elastic)");
+  }
   if (o.node_rank >= o.nnodes) usage_error("--node-rank must be below --nnodes");
   if (o.nnodes > 1) {
     // Every node must name the same port, and the launchers' own store needs
@@ -191,262 +266,6 @@ int pick_free_port() {
   return ntohs(addr.sin_port);
 }
 
-// --- signals -----------------------------------------------------------------
-
-// The signals the launcher forwards to its workers.
-constexpr int kForwarded[] = {SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
-
-volatile sig_atomic_t g_signal = 0;  // the last of kForwarded received
-void on_signal(int sig) { g_signal = sig; }
-
-// Note [ddprun preemption]
-bool is_preemption(int sig) { return sig == SIGTERM || sig == SIGUSR1 || sig == SIGUSR2; }
-
-void install_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : kForwarded) sigaction(sig, &sa, nullptr);
-  // A closed stdout (ddprun ... | head) must not kill the launcher before it
-  // has stopped its workers.
-  signal(SIGPIPE, SIG_IGN);
-}
-
-// --- output --------------------------------------------------------------------
-
-// One worker stream: bytes arrive in arbitrary chunks and leave as whole
-// lines, each prefixed, in one write so that lines of different workers do
-// not interleave mid-line.
-struct Stream {
-  int fd = -1;  // our end of the pipe; -1 once closed
-  int out = 1;  // where the lines go (1 or 2)
-  std::string prefix;
-  std::string pending;  // a partial line
-
-  void emit(const char* data, size_t n) {
-    std::string line = prefix;
-    line.append(data, n);
-    if (line.back() != '\n') line += '\n';
-    for (size_t off = 0; off < line.size();) {
-      ssize_t w = ::write(out, line.data() + off, line.size() - off);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return;  // the reader went away; drop the output
-      off += size_t(w);
-    }
-  }
-  // Reads what is available; false at end of file.
-  bool pump() {
-    char buf[65536];
-    ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-    if (n <= 0) return false;
-    pending.append(buf, size_t(n));
-    size_t start = 0;
-    for (size_t nl; (nl = pending.find('\n', start)) != std::string::npos; start = nl + 1)
-      emit(pending.data() + start, nl - start + 1);
-    pending.erase(0, start);
-    return true;
-  }
-  void finish() {
-    if (!pending.empty()) emit(pending.data(), pending.size());
-    pending.clear();
-    if (fd >= 0) ::close(fd);
-    fd = -1;
-  }
-};
-
-// --- workers -------------------------------------------------------------------
-
-struct Worker {
-  int rank = 0;
-  pid_t pid = -1;  // also its process group id
-  bool running = false;
-  int status = 0;  // the exit status to report: code, or 128 + signal
-  Stream out, err;
-};
-
-int exit_status(int wstatus) {
-  if (WIFEXITED(wstatus)) return WEXITSTATUS(wstatus);
-  if (WIFSIGNALED(wstatus)) return 128 + WTERMSIG(wstatus);
-  return 1;
-}
-
-std::vector<std::string> worker_env(const Options& o, int master_port, int local, int round) {
-  const std::vector<std::pair<std::string, std::string>> vars = {
-      {"RANK", std::to_string(o.node_rank * o.nproc + local)},
-      {"WORLD_SIZE", std::to_string(o.nnodes * o.nproc)},
-      {"LOCAL_RANK", std::to_string(local)},
-      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
-      {"GROUP_RANK", std::to_string(o.node_rank)},
-      {"NODE_RANK", std::to_string(o.node_rank)},
-      {"MASTER_ADDR", o.master_addr},
-      {"MASTER_PORT", std::to_string(master_port)},
-      {"TORCHELASTIC_RESTART_COUNT", std::to_string(round)},
-      {"DDP_RESTART_COUNT", std::to_string(round)},
-      {"DDPRUN", "1"},
-      {"DDP_PREEMPT_GRACE_S", fmt::format("{}", o.preempt_grace_s)},
-  };
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e;
-    std::string key = kv.substr(0, kv.find('='));
-    bool overridden = false;
-    for (const auto& [k, v] : vars) overridden |= (k == key);
-    if (!overridden) env.push_back(kv);
-  }
-  for (const auto& [k, v] : vars) env.push_back(k + "=" + v);
-  return env;
-}
-
-// Starts one worker. Everything the child needs is prepared before fork():
-// the launcher may run a store server thread, and after fork only
-// async-signal-safe calls are allowed.
-void spawn(Worker& w, const Options& o, int master_port, int local, int round) {
-  std::vector<std::string> env_s = worker_env(o, master_port, local, round);
-  std::vector<char*> envp, argv;
-  for (auto& s : env_s) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> cmd = o.command;
-  for (auto& s : cmd) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  int out_pipe[2], err_pipe[2];
-  if (::pipe2(out_pipe, O_CLOEXEC) != 0 || ::pipe2(err_pipe, O_CLOEXEC) != 0)
-    throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  const pid_t parent = ::getpid();
-  // A SIGTERM may come (from us, stopping a failed group) before the child
-  // has reset its handlers, and our handler would swallow it; so the signals
-  // stay blocked across fork until the child has the default actions back.
-  sigset_t block, old_mask;
-  sigemptyset(&block);
-  for (int sig : kForwarded) sigaddset(&block, sig);
-  ::sigprocmask(SIG_BLOCK, &block, &old_mask);
-  pid_t pid = ::fork();
-  if (pid < 0) {
-    int err = errno;
-    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    throw std::runtime_error(std::string("fork: ") + std::strerror(err));
-  }
-  if (pid == 0) {
-    // See Note [ddprun process groups and signals].
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);  // the launcher died already
-    // Ignored signals survive exec; the worker starts with the defaults.
-    ::signal(SIGPIPE, SIG_DFL);
-    for (int sig : kForwarded) ::signal(sig, SIG_DFL);
-    ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, 0);
-    ::dup2(out_pipe[1], 1);
-    ::dup2(err_pipe[1], 2);
-    ::execvpe(argv[0], argv.data(), envp.data());
-    // Only async-signal-safe calls here: write(2), not stdio.
-    for (const char* part : {"ddprun: cannot execute ", static_cast<const char*>(argv[0]), "\n"}) {
-      ssize_t ignored = ::write(2, part, std::strlen(part));
-      (void)ignored;
-    }
-    ::_exit(127);
-  }
-  // Also from the parent, so that a kill(-pid) right after fork finds the
-  // group even before the child has run.
-  ::setpgid(pid, pid);
-  ::sigprocmask(SIG_SETMASK, &old_mask, nullptr);
-  ::close(out_pipe[1]);
-  ::close(err_pipe[1]);
-  w.pid = pid;
-  w.running = true;
-  w.status = 0;
-  w.rank = o.node_rank * o.nproc + local;
-  std::string prefix = fmt::format("[{}]: ", w.rank);
-  w.out = Stream{out_pipe[0], 1, prefix, {}};
-  w.err = Stream{err_pipe[0], 2, prefix, {}};
-}
-
-// Signals every worker's process group, those whose leader has exited too:
-// a helper it left behind is part of the group being stopped. (The kernel
-// does not hand out a pid that is still a process group id, so the signal
-// cannot reach a stranger.)
-void signal_all(std::vector<Worker>& ws, int sig) {
-  for (auto& w : ws)
-    if (w.pid > 0) ::kill(-w.pid, sig);
-}
-
-// Reaps exited workers; returns the first failure seen in this call.
-std::optional<size_t> reap(std::vector<Worker>& ws) {
-  std::optional<size_t> failed;
-  for (size_t i = 0; i < ws.size(); ++i) {
-    auto& w = ws[i];
-    if (!w.running) continue;
-    int st = 0;
-    pid_t r = ::waitpid(w.pid, &st, WNOHANG);
-    if (r != w.pid) continue;
-    w.running = false;
-    w.status = exit_status(st);
-    if (w.status != 0 && !failed) failed = i;
-  }
-  return failed;
-}
-
-// Reads whatever the workers have written, waiting at most `timeout`.
-void pump_output(std::vector<Worker>& ws, std::chrono::milliseconds timeout) {
-  std::vector<pollfd> fds;
-  std::vector<Stream*> streams;
-  for (auto& w : ws)
-    for (Stream* s : {&w.out, &w.err})
-      if (s->fd >= 0) {
-        fds.push_back({s->fd, POLLIN, 0});
-        streams.push_back(s);
-      }
-  if (fds.empty()) {
-    std::this_thread::sleep_for(timeout);
-    return;
-  }
-  int n = ::poll(fds.data(), fds.size(), int(timeout.count()));
-  if (n <= 0) return;  // timeout, or EINTR from a signal: the caller looks
-  for (size_t i = 0; i < fds.size(); ++i)
-    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR))
-      if (!streams[i]->pump()) streams[i]->finish();
-}
-
-bool any_running(const std::vector<Worker>& ws) {
-  for (const auto& w : ws)
-    if (w.running) return true;
-  return false;
-}
-
-// Stops the workers still running: `sig` now, SIGKILL after the grace period.
-void stop_all(std::vector<Worker>& ws, int sig, Clock::duration grace = kGracePeriod) {
-  signal_all(ws, sig);
-  const auto kill_at = Clock::now() + grace;
-  bool killed = false;
-  while (any_running(ws)) {
-    pump_output(ws, 20ms);
-    reap(ws);
-    if (!killed && Clock::now() >= kill_at) {
-      signal_all(ws, SIGKILL);
-      killed = true;
-    }
-  }
-}
-
-// After the workers exited, their pipes may still hold output, or be held
-// open by a grandchild that outlived its worker; read until end of file, but
-// not forever.
-void drain(std::vector<Worker>& ws) {
-  const auto until = Clock::now() + 1s;
-  auto open = [&] {
-    for (auto& w : ws)
-      if (w.out.fd >= 0 || w.err.fd >= 0) return true;
-    return false;
-  };
-  while (open() && Clock::now() < until) pump_output(ws, 20ms);
-  for (auto& w : ws) {
-    w.out.finish();
-    w.err.finish();
-  }
-}
-
 // --- the launcher's rendezvous (multi-node) ----------------------------------
 
 struct Rendezvous {
@@ -460,33 +279,6 @@ std::string fail_key(int round) { return "ddprun/fail/" + std::to_string(round);
 // cleanly: the job ends, no restart.
 constexpr const char* kAbortKey = "ddprun/abort";
 
-struct Outcome {
-  enum Kind { success, failed, interrupted } kind = success;
-  int status = 0;  // exit status to report
-};
-
-// Note [ddprun preemption]: forwards `sig`, waits up to the grace period;
-// clean when every worker exited 0.
-Outcome preempt(std::vector<Worker>& ws, int sig, double grace_s) {
-  std::fprintf(stderr,
-               "ddprun: got signal %d; forwarding it to the workers and waiting up to %g s for "
-               "them to save and exit\n",
-               sig, grace_s);
-  // At most 10^9 s, so that the deadline cannot overflow.
-  stop_all(ws, sig,
-           std::chrono::duration_cast<Clock::duration>(
-               std::chrono::duration<double>(std::min(grace_s, 1e9))));
-  for (const auto& w : ws)
-    if (w.status != 0) {
-      std::fprintf(stderr, "ddprun: worker rank %d ended with exit status %d after signal %d\n",
-                   w.rank, w.status, sig);
-      return {Outcome::interrupted, 128 + sig};
-    }
-  std::fprintf(stderr, "ddprun: every worker exited 0 after signal %d (preempted)\n", sig);
-  return {Outcome::success, 0};
-}
-
-// Tells the other launchers that this round failed. A store that is gone
 // (node 0's launcher ended) must not keep us from stopping our workers.
 void post_failure(Rendezvous& r, int round, int status, bool abort) {
   try {
@@ -627,11 +419,14 @@ int run(const Options& o) {
 }
 
 }  // namespace
+}  // namespace ddprun
 
 int main(int argc, char** argv) {
+  using namespace ddprun;
   Options o = parse_args(argc, argv);
   install_handlers();
   try {
+    if (o.elastic) return run_elastic(o);
     return run(o);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ddprun: %s\n", e.what());

@@ -8,7 +8,8 @@
 // It reads how the process was launched (Note [Launcher precedence] in
 // launch_env.h: torchrun/ddprun, mpirun, srun, or nothing), picks this rank's
 // GPU from its local rank, makes the rendezvous store (rank 0 hosts a
-// TCPStore at MASTER_ADDR:MASTER_PORT; the others connect to it) and creates
+// TCPStore at MASTER_ADDR:MASTER_PORT and the others connect to it; under
+// TORCHELASTIC_USE_AGENT_STORE=True the launcher hosts it) and creates
 // the process group, choosing the backend from the device unless told
 // (Note [Choosing the backend] in src/dist/init.cpp): on a GPU a group that
 // sends CUDA tensors to nccl and CPU tensors to gloo (Note [Routing by
@@ -71,6 +72,20 @@ struct World {
 // lacks what the backend needs (gloo and nccl need a store: MASTER_ADDR and
 // MASTER_PORT); TimeoutError when a rank never arrives.
 World init_process_group(const InitOptions& options = {});
+
+// The job's rendezvous store as init_process_group makes it, without a
+// process group (for ddp::parallel::ElasticGroup, which makes its own): a
+// TCPStore at env.master_addr:master_port that rank 0 hosts, or, when the
+// launcher hosts it (env.agent_store: ddprun's elastic mode, torchrun's
+// TORCHELASTIC_USE_AGENT_STORE=True), that every rank joins as a client. A
+// job of one without MASTER_ADDR gets a private store. ValueError when
+// MASTER_ADDR or MASTER_PORT is missing; timeout 0: the store's default.
+//   auto env = dist::detect_launch_env();
+//   auto store = dist::connect_store(env);
+//   parallel::ElasticGroup elastic(store, env.rank, env.world_size, state,
+//                                  {.min_size = env.elastic_min, .max_size = env.elastic_max});
+std::shared_ptr<Store> connect_store(
+    const LaunchEnv& env, std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
 
 // The backends this build of libddp has, e.g. {"gloo", "mpi", "nccl"}
 // (registered_backends() of Note [Backend registry]).

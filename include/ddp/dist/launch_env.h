@@ -38,8 +38,28 @@ struct LaunchEnv {
   // caller, e.g. from command-line flags) or "single".
   std::string launcher = "single";
   // How many times the launcher has restarted the worker group (0 on the
-  // first attempt). Only torchrun / ddprun restart.
+  // first attempt), or in ddprun's elastic mode this rank's slot
+  // (TORCHELASTIC_RESTART_COUNT, else DDP_RESTART_COUNT). Only torchrun /
+  // ddprun restart.
   int restart_count = 0;
+  // The launcher hosts the rendezvous store at master_addr:master_port and
+  // rank 0 connects to it as a client, so the store outlives every rank
+  // (TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent store, ddprun's
+  // elastic mode). init_process_group and connect_store follow it.
+  bool agent_store = false;
+  // ddprun's elastic mode (--nproc-per-node MIN:MAX; Note [ddprun elastic]
+  // in tools/ddprun/main.cpp), for ddp::parallel::ElasticGroup: rank is this
+  // process's stable replica id (its slot; a replacement gets the same),
+  // world_size the founders (MAX).
+  bool elastic = false;  // DDP_ELASTIC=1
+  // The fewest and most ranks the job runs with: DDP_ELASTIC_MIN /
+  // DDP_ELASTIC_MAX (ElasticOptions::min_size / max_size); world_size both
+  // when not elastic.
+  int elastic_min = 1;
+  int elastic_max = 1;
+  // DDP_ELASTIC_TOKEN: the job's token, which a joining rank must present
+  // (ElasticOptions::job_token reads the same variable); "" when unset.
+  std::string elastic_token;
 };
 
 // Reads the launch environment; See Note [Launcher precedence]. Inconsistent
