@@ -4,7 +4,8 @@
 //   g<G>/candidates          "id:step,..." founders (G = 0) or heal arrivals
 //   g<G>/members             "id:step,..." the members of generation G, in
 //                            rank order; step -1 (or behind) = needs state
-//   g<G>/gloo/...            that generation's gloo group
+//   g<G>/<backend>/...       that generation's group of each backend
+//                            (gloo, nccl, ...: Note [Elastic backends])
 //   g<G>/s<S>/done           counter of members whose step S computed
 //   g<G>/s<S>/decision       "abort", "commit" or "commit\t<G+1>"
 //   join/count, join/taken   join requests posted / answered
@@ -18,10 +19,66 @@
 #include <sstream>
 #include <thread>
 
-#include "ddp/config.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "elastic_state.h"
+
+// Note [Elastic backends]
+// Every generation gets a new group, made by detail::ElasticBackend from
+// ElasticOptions::backend with the backend registry (Note [Backend
+// registry]), so any registered backend works, one an application or a
+// test registers included. The spec reads as init_process_group's: a name
+// serves every device type its backend takes; "cpu:gloo,cuda:nccl" makes a
+// RoutingProcessGroup (Note [Routing by device]), which is what a GPU job
+// needs: nccl for the gradients, gloo for the CPU tensors of DDP's and our
+// bookkeeping. It is checked in the constructor, before the store is
+// touched. Backend B of generation G keeps its keys under
+// "<key_prefix>g<G>/B/", a PrefixStore of the job's store, so no two
+// generations' rendezvous meet. Choices:
+//  - gloo does not go through the registry's factory: that one takes no
+//    GlooOptions, and ours must name the group by its generation, carry the
+//    elastic timeout and shorten the roll call (Note [Naming the lost rank]:
+//    membership is found by the heal, so a 5 s roll call would only delay
+//    it). ProcessGroupGloo::create is called directly with group_name
+//    "<key_prefix>g<G>/gloo", the same keys.
+//  - Every other backend gets a BackendContext with the generation's rank
+//    and size, ElasticOptions::device, the prefixed store, the elastic
+//    timeout and async_error_handling = raise: with tear_down nccl's
+//    watchdog would end a survivor's process (std::abort) at the first lost
+//    peer, which is the opposite of what an elastic job wants, so
+//    DDP_ASYNC_ERROR_HANDLING is overridden here.
+//  - mpi is refused (ValueError saying why): its group is MPI_COMM_WORLD,
+//    fixed at launch, and removing a dead rank needs ULFM (MPIX_Comm_shrink
+//    in an Open MPI built --with-ft=ulfm, mpirun --enable-recovery), which
+//    libddp does not use (docs/fault_tolerance.md, "Backends").
+// Abort and re-create. DDP's reducer holds the group until on_change runs
+// reset_group, which is after the next generation's group was made; a
+// failed nccl communicator (or a gloo group whose peer is gone) must not
+// live that long. So group() is a detail::GenerationGroup that forwards to
+// the backend's group, and the heal closes it first thing, before it even
+// announces itself: the backend's group is destroyed there (unless a
+// collective in flight on another thread still holds it; then when that
+// returns), and the closed GenerationGroup raises DistNetworkError if used.
+// No backend offers an explicit abort in the ProcessGroup interface, so a
+// failed group's timeout is first cut to 1 ms and then it is destroyed:
+//  - gloo: what is still queued fails at once, the connections close, and
+//    peers still inside a collective with us fail now rather than at their
+//    timeout;
+//  - nccl (~ProcessGroupNCCL, Note [NCCL shutdown]): it lets the watchdog
+//    finish the outstanding Works, each bounded by its own timeout (the
+//    elastic timeout, fixed when it was queued; a Work the watchdog already
+//    failed, or whose peer's loss NCCL reported, is done at once), then
+//    tries ncclCommFinalize for at most the group's timeout, now 1 ms, and
+//    otherwise aborts the communicator (ncclCommAbort on a detached thread,
+//    waited for at most 60 s). A communicator the watchdog aborted has
+//    nothing left to free. So the old communicator is aborted, never
+//    finalized against dead peers, before the new one is created; the wait
+//    is at most the elastic timeout after the failed collective was queued.
+//    A ProcessGroup::abort() would make that immediate; none exists yet.
+// A join changes a healthy generation: its group is closed the same way but
+// without the cut, so an nccl group finishes its queued work and is
+// finalized normally. In both cases the old group is gone before the next
+// one is created, on every member.
 
 namespace ddp::parallel {
 
@@ -114,6 +171,9 @@ ElasticGroup::ElasticGroup(std::shared_ptr<dist::Store> store, int replica_id, i
   options_.gloo.roll_call_grace =
       std::min(options_.gloo.roll_call_grace, std::max(options_.settle / 4, kPoll));
   options_.gloo.timeout = options_.timeout;
+  // Before the store is touched: a bad backend changes nothing.
+  backend_ = std::make_shared<detail::ElasticBackend>(options_.backend, options_.device,
+                                                      options_.gloo, options_.timeout, store_);
 
   if (store_->add(key("founders"), 1) <= world_size)
     found(world_size);
@@ -304,7 +364,7 @@ void ElasticGroup::heal() {
     const int64_t g = generation_ + 1;
     const std::string cands = key(fmt::format("g{}/candidates", g));
     const std::string published = key(fmt::format("g{}/members", g));
-    group_.reset();  // closes our connections: peers still in a collective fail now
+    close_group(/*failed=*/true);  // peers still in a collective with us fail now
     append(*store_, cands, fmt::format("{}:{}", id_, has_state_ ? step_ : -1));
     const auto arrived = Clock::now();
     while (!store_->check({published})) {
@@ -362,21 +422,22 @@ void ElasticGroup::enter(int64_t generation, const std::vector<Member>& members,
   auto me = std::find(members_.begin(), members_.end(), id_);
   DDP_CHECK(me != members_.end(), "elastic: replica {} is not in generation {}", id_, generation);
   rank_ = int(me - members_.begin());
-  group_.reset();
-#if DDP_HAVE_GLOO
-  dist::GlooOptions g = options_.gloo;
-  g.group_name = key(fmt::format("g{}/gloo", generation));
-  group_ = dist::ProcessGroupGloo::create(store_, rank_, size(), g);
-#else
-  DDP_THROW(NotImplementedError, "ElasticGroup needs the gloo backend, which this build lacks");
-#endif
+  close_group(/*failed=*/false);  // Note [Elastic backends]: a no-op after a heal
+  generation_group_ = std::make_shared<detail::GenerationGroup>(
+      backend_->create(store_, key(fmt::format("g{}/", generation)), rank_, size()), generation);
+  group_ = generation_group_;
   const bool someone_behind =
       std::any_of(members.begin(), members.end(), [&](const Member& m) { return m.step < newest; });
   if (someone_behind || (sync_all && size() > 1)) {
-    step_ = detail::broadcast_training_state(*group_, state_, has_state_ ? step_ : 0, 0);
+    step_ = detail::broadcast_training_state(*group_, state_, has_state_ ? step_ : 0, 0,
+                                             options_.device);
     has_state_ = true;
   }
   for (const auto& fn : on_change_) fn();
+}
+
+void ElasticGroup::close_group(bool failed) {
+  if (generation_group_) generation_group_->close(failed);
 }
 
 std::string ElasticGroup::describe_model() const {

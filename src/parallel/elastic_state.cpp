@@ -1,5 +1,6 @@
 // The state a joining rank receives from rank 0 of its new generation
-// (Note [Elastic membership]).
+// (Note [Elastic membership]), and each generation's process group (Note
+// [Elastic backends] in elastic.cpp).
 
 #include "elastic_state.h"
 
@@ -10,7 +11,12 @@
 #include <vector>
 
 #include "ddp/autograd/grad_mode.h"
+#include "ddp/config.h"
 #include "ddp/core/error.h"
+#include "ddp/core/logging.h"
+#include "ddp/dist/backend_registry.h"
+#include "ddp/dist/prefix_store.h"
+#include "ddp/dist/routing_process_group.h"
 
 namespace ddp::parallel::detail {
 
@@ -18,17 +24,24 @@ namespace {
 
 // The text travels as a u8 tensor, its length first, so that no side needs
 // to know its size in advance.
-std::string broadcast_text(dist::ProcessGroup& group, const std::string& text, int root) {
+// It travels on `on` (the group's control device) and is read back on the host.
+std::string broadcast_text(dist::ProcessGroup& group, const std::string& text, int root,
+                           const Device& on) {
   const bool sending = group.rank() == root;
-  Tensor len = Tensor::from_vector(std::vector<int64_t>{sending ? int64_t(text.size()) : 0}, {1});
+  Tensor len = Tensor::from_vector(std::vector<int64_t>{sending ? int64_t(text.size()) : 0}, {1})
+                   .to(on);
   group.broadcast({len}, root)->wait(group.timeout());
-  const int64_t n = len.item<int64_t>();
+  const int64_t n = len.to(Device::cpu()).item<int64_t>();
+  if (n == 0) return "";
   Tensor blob = Tensor::zeros({n}, DType::u8);
-  if (sending && n > 0) std::memcpy(blob.data<uint8_t>(), text.data(), size_t(n));
-  if (n > 0) group.broadcast({blob}, root)->wait(group.timeout());
-  return std::string(reinterpret_cast<const char*>(n > 0 ? blob.data<uint8_t>() : nullptr),
-                     size_t(n));
+  if (sending) std::memcpy(blob.data<uint8_t>(), text.data(), size_t(n));
+  Tensor moving = blob.to(on);
+  group.broadcast({moving}, root)->wait(group.timeout());
+  blob = moving.to(Device::cpu());
+  return std::string(reinterpret_cast<const char*>(blob.data<uint8_t>()), size_t(n));
 }
+
+const char* type_text(DeviceType t) { return t == DeviceType::CUDA ? "cuda" : "cpu"; }
 
 std::string shape_text(const Tensor& t) {
   std::string s;
@@ -45,15 +58,28 @@ std::vector<int64_t> parse_shape(const std::string& s) {
   return dims;
 }
 
+// Where a tensor that lives on device type t travels: the same device type
+// on every rank, since every rank derives it from the listing. CUDA tensors
+// stay on the GPU when the group takes them natively (nccl, or a routing
+// group with a CUDA backend); the rest go by the control device, which is
+// the CPU unless the group takes no CPU tensors (a bare nccl group).
+Device travel_device(const dist::ProcessGroup& group, DeviceType t, const Device& compute) {
+  if (t == DeviceType::CUDA && compute.is_cuda() && group.caps().cuda_tensors) return compute;
+  return dist::control_device(group, compute);
+}
+
 }  // namespace
 
 int64_t broadcast_training_state(dist::ProcessGroup& group, io::Checkpoint& state, int64_t step,
-                                 int root) {
+                                 int root, const Device& compute) {
   NoGradGuard no_grad;
   const bool sending = group.rank() == root;
+  const Device control = dist::control_device(group, compute);
   // The listing: "step N", then per section "section NAME", one
-  // "tensor NAME SHAPE DTYPE" per tensor, and "generator NAME SEED OFFSET".
+  // "tensor NAME SHAPE DTYPE DEVICE_TYPE" per tensor, and "generator NAME
+  // SEED OFFSET".
   std::vector<Tensor> tensors;
+  std::vector<DeviceType> homes;  // the device type each tensor lives on
   std::string listing;
   if (sending) {
     listing = "step\t" + std::to_string(step) + "\n";
@@ -63,14 +89,17 @@ int64_t broadcast_training_state(dist::ProcessGroup& group, io::Checkpoint& stat
                   section.name);
       listing += "section\t" + section.name + "\n";
       for (const auto& [name, t] : section.save()) {
-        tensors.push_back(t.contiguous());
-        listing += fmt::format("tensor\t{}\t{}\t{}\n", name, shape_text(t), dtype_name(t.dtype()));
+        const DeviceType home = t.device().type;
+        tensors.push_back(t.contiguous().to(travel_device(group, home, compute)));
+        homes.push_back(home);
+        listing += fmt::format("tensor\t{}\t{}\t{}\t{}\n", name, shape_text(t),
+                               dtype_name(t.dtype()), type_text(home));
       }
     }
     for (const auto& [name, g] : state.generators())
       listing += fmt::format("generator\t{}\t{}\t{}\n", name, g->seed(), g->offset());
   }
-  listing = broadcast_text(group, listing, root);
+  listing = broadcast_text(group, listing, root, control);
 
   // Parse it (also on the root, which thereby checks its own listing).
   struct Entry {
@@ -92,10 +121,16 @@ int64_t broadcast_training_state(dist::ProcessGroup& group, io::Checkpoint& stat
       sent_step = std::stoll(f[1]);
     } else if (f.size() == 2 && f[0] == "section") {
       section_order.push_back(f[1]);
-    } else if (f.size() == 4 && f[0] == "tensor" && !section_order.empty()) {
+    } else if (f.size() == 5 && f[0] == "tensor" && !section_order.empty() &&
+               (f[4] == "cpu" || f[4] == "cuda")) {
       entries.push_back({section_order.back(), f[1]});
-      if (!sending)
-        tensors.push_back(Tensor::empty(parse_shape(f[2]), TensorOptions(dtype_from_name(f[3]))));
+      if (!sending) {
+        const DeviceType home = f[4] == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
+        const Device on = travel_device(group, home, compute);
+        tensors.push_back(Tensor::empty(parse_shape(f[2]),
+                                        TensorOptions(dtype_from_name(f[3])).device(on)));
+        homes.push_back(home);
+      }
       ++k;
     } else if (f.size() == 4 && f[0] == "generator") {
       generators[f[1]] = {std::stoull(f[2]), std::stoull(f[3])};
@@ -105,15 +140,19 @@ int64_t broadcast_training_state(dist::ProcessGroup& group, io::Checkpoint& stat
   }
   DDP_CHECK(k == tensors.size() && sent_step >= 0, "elastic: the state listing does not match");
 
-  // One broadcast per dtype: a coalesced collective takes one dtype.
-  std::map<DType, Tensors> by_dtype;
-  for (const Tensor& t : tensors) by_dtype[t.dtype()].push_back(t);
-  for (auto& [dtype, ts] : by_dtype) group.broadcast(ts, root)->wait(group.timeout());
+  // One broadcast per device and dtype: a coalesced collective takes one of each.
+  std::map<std::pair<std::string, DType>, Tensors> batches;
+  for (const Tensor& t : tensors) batches[{t.device().str(), t.dtype()}].push_back(t);
+  for (auto& [what, ts] : batches) group.broadcast(ts, root)->wait(group.timeout());
   if (sending) return step;
 
+  // Each tensor goes home (CUDA tensors to this rank's GPU) before it is loaded.
   std::map<std::string, TensorDict> dicts;
-  for (size_t i = 0; i < entries.size(); ++i)
-    dicts[entries[i].section].insert(entries[i].name, tensors[i]);
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Device home =
+        homes[i] == DeviceType::CUDA && compute.is_cuda() ? compute : Device::cpu();
+    dicts[entries[i].section].insert(entries[i].name, tensors[i].to(home));
+  }
   for (const auto& section : state.sections()) {
     auto it = dicts.find(section.name);
     const bool listed = std::find(section_order.begin(), section_order.end(), section.name) !=
@@ -150,6 +189,220 @@ std::string first_difference(const std::string& ours, const std::string& theirs)
     return fmt::format("parameter {}: the job has {}, the joining rank has {}", i,
                        ha ? "'" + la + "'" : "(none)", hb ? "'" + lb + "'" : "(none)");
   }
+}
+
+// ---- each generation's group (Note [Elastic backends] in elastic.cpp) -------------
+
+namespace {
+
+std::string registered_list() {
+  std::string s;
+  for (const std::string& b : dist::registered_backends()) s += (s.empty() ? "" : ", ") + b;
+  return s.empty() ? "none" : s;
+}
+
+// The registry's entry, or ValueError; "mpi" is refused with the reason.
+const dist::BackendInfo& elastic_backend(const std::string& spec, const std::string& name) {
+  DDP_CHECK(name != "mpi",
+            "ElasticGroup: backend '{}': mpi cannot change its membership. Its group is "
+            "MPI_COMM_WORLD, fixed at launch; dropping a dead rank needs ULFM (MPIX_Comm_shrink, "
+            "Open MPI built --with-ft=ulfm and run with mpirun --enable-recovery), which libddp "
+            "does not use. Use backend \"gloo\" (CPU) or \"cpu:gloo,cuda:nccl\" (GPU) with a "
+            "store that outlives the ranks (ddprun --nproc-per-node MIN:MAX)",
+            spec);
+  const dist::BackendInfo* info = dist::find_backend(name);
+  DDP_CHECK(info != nullptr, "ElasticGroup: backend '{}': this libddp has no backend '{}' (it has: {})",
+            spec, name, registered_list());
+  return *info;
+}
+
+}  // namespace
+
+ElasticBackend::ElasticBackend(std::string spec, const Device& device, dist::GlooOptions gloo,
+                               std::chrono::milliseconds timeout,
+                               std::shared_ptr<dist::Store> store)
+    : spec_(std::move(spec)), device_(device), gloo_(std::move(gloo)), timeout_(timeout) {
+  // The same grammar as init_process_group's backend (Note [Choosing the
+  // backend]): "nccl" -> every device type nccl takes; "cpu:gloo,cuda:nccl"
+  // -> as written.
+  if (spec_.find(':') == std::string::npos) {
+    const dist::BackendInfo& info = elastic_backend(spec_, spec_);
+    for (DeviceType t : info.devices) plan_[t] = spec_;
+  } else {
+    routed_ = true;
+    size_t at = 0;
+    while (at <= spec_.size()) {
+      const size_t comma = std::min(spec_.find(',', at), spec_.size());
+      const std::string item = spec_.substr(at, comma - at);
+      const size_t colon = item.find(':');
+      DDP_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < item.size(),
+                "ElasticGroup: bad backend '{}': '{}' is not DEVICE:BACKEND (expected e.g. "
+                "\"cpu:gloo,cuda:nccl\")",
+                spec_, item);
+      const std::string dev = item.substr(0, colon), name = item.substr(colon + 1);
+      DDP_CHECK(dev == "cpu" || dev == "cuda",
+                "ElasticGroup: bad backend '{}': unknown device type '{}' (cpu or cuda)", spec_, dev);
+      const DeviceType t = dev == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
+      DDP_CHECK(!plan_.count(t), "ElasticGroup: bad backend '{}': {} is named twice", spec_, dev);
+      DDP_CHECK_T(DeviceError, elastic_backend(spec_, name).takes(t),
+                  "ElasticGroup: bad backend '{}': {} does not take {} tensors", spec_, name, dev);
+      plan_[t] = name;
+      at = comma + 1;
+    }
+  }
+  DDP_CHECK_T(DeviceError, plan_.count(device_.type),
+              "ElasticGroup: backend '{}' has no backend for {} tensors, and the device is {}",
+              spec_, type_text(device_.type), device_.str());
+  for (const auto& [t, name] : plan_)
+    if (name != "gloo") {
+      env_ = dist::detect_launch_env();
+      break;
+    }
+  dist::BackendContext ctx;
+  ctx.device = device_;
+  ctx.env = env_;
+  ctx.store = std::move(store);
+  ctx.store_from_caller = true;
+  for (const auto& [t, name] : plan_) {
+    const std::string why = dist::find_backend(name)->unusable(ctx);
+    DDP_CHECK(why.empty(), "ElasticGroup: the {} backend cannot run here: {}", name, why);
+  }
+}
+
+std::shared_ptr<dist::ProcessGroup> ElasticBackend::create_one(
+    const std::string& name, const std::shared_ptr<dist::Store>& store, const std::string& prefix,
+    int rank, int size, std::shared_ptr<dist::ProcessGroup> host) const {
+  std::shared_ptr<dist::ProcessGroup> pg;
+#if DDP_HAVE_GLOO
+  // The registry's gloo factory takes no GlooOptions: our group name (the
+  // generation's keys), timeout and short roll call need the direct path.
+  if (name == "gloo") {
+    dist::GlooOptions g = gloo_;
+    g.group_name = prefix + name;
+    g.timeout = timeout_;
+    pg = dist::ProcessGroupGloo::create(store, rank, size, g);
+  }
+#endif
+  if (!pg) {
+    dist::BackendContext ctx;
+    ctx.rank = rank;
+    ctx.size = size;
+    ctx.device = device_;
+    ctx.env = env_;
+    ctx.store = std::make_shared<dist::PrefixStore>(prefix + name, store);
+    ctx.store_from_caller = true;
+    ctx.timeout = timeout_;
+    // A survivor must survive: nccl's tear_down would end the process.
+    ctx.async_error_handling = dist::AsyncErrorHandling::raise;
+    ctx.host_group = std::move(host);
+    pg = dist::find_backend(name)->create(ctx);
+    DDP_CHECK(pg != nullptr && pg->rank() == rank && pg->size() == size,
+              "ElasticGroup: the {} backend made {} instead of rank {} of {}", name,
+              pg ? fmt::format("rank {} of {}", pg->rank(), pg->size()) : "no group", rank, size);
+  }
+  pg->set_timeout(timeout_);
+  return pg;
+}
+
+std::shared_ptr<dist::ProcessGroup> ElasticBackend::create(
+    const std::shared_ptr<dist::Store>& store, const std::string& prefix, int rank,
+    int size) const {
+  // Each backend once, CPU first (nccl could bootstrap through it).
+  std::map<std::string, std::shared_ptr<dist::ProcessGroup>> made;
+  std::vector<dist::RoutingProcessGroup::Route> routes;
+  std::shared_ptr<dist::ProcessGroup> host;
+  for (const auto& [t, name] : plan_) {
+    if (!made.count(name)) made[name] = create_one(name, store, prefix, rank, size, host);
+    if (t == DeviceType::CPU) host = made[name];
+    routes.emplace_back(t, made[name]);
+  }
+  if (!routed_) return made.begin()->second;
+  return std::make_shared<dist::RoutingProcessGroup>(std::move(routes));
+}
+
+namespace {
+
+const dist::ProcessGroup& checked(const std::shared_ptr<dist::ProcessGroup>& g) {
+  DDP_CHECK(g != nullptr, "GenerationGroup: no group given");
+  return *g;
+}
+
+}  // namespace
+
+GenerationGroup::GenerationGroup(std::shared_ptr<dist::ProcessGroup> inner, int64_t generation)
+    : ProcessGroup(checked(inner).rank(), checked(inner).size()),
+      generation_(generation),
+      name_(inner->backend_name()),
+      caps_(inner->caps()),
+      inner_(std::move(inner)) {
+  ProcessGroup::set_timeout(inner_->timeout());
+  // Checked once, here (DDP_DEBUG=detail, or set_collective_checks on
+  // ElasticGroup::group()), not again by the backend.
+  inner_->set_collective_checks(false);
+}
+
+GenerationGroup::~GenerationGroup() = default;
+
+void GenerationGroup::close(bool failed) {
+  std::shared_ptr<dist::ProcessGroup> victim;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    victim = std::move(inner_);
+  }
+  if (!victim) return;
+  try {
+    if (failed) victim->set_timeout(std::chrono::milliseconds(1));
+    victim.reset();  // the backend's destructor, unless a collective in flight still holds it
+  } catch (const std::exception& e) {
+    DDP_LOG_ERROR("elastic: closing generation {}'s {} group: {}", generation_, name_, e.what());
+  }
+}
+
+bool GenerationGroup::closed() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return inner_ == nullptr;
+}
+
+void GenerationGroup::set_timeout(std::chrono::milliseconds t) {
+  ProcessGroup::set_timeout(t);
+  std::lock_guard<std::mutex> lk(mu_);
+  if (inner_) inner_->set_timeout(t);
+}
+
+std::shared_ptr<dist::ProcessGroup> GenerationGroup::inner(const char* op) const {
+  std::lock_guard<std::mutex> lk(mu_);
+  DDP_CHECK_T(DistNetworkError, inner_ != nullptr,
+              "{} ({} rank {}): generation {} of the elastic group was closed after a membership "
+              "change; use ElasticGroup::group() (DDP: reset_group from on_change)",
+              op, name_, rank(), generation_);
+  return inner_;
+}
+
+dist::WorkPtr GenerationGroup::do_allreduce(Tensors& tensors, dist::ReduceOp op) {
+  return inner("allreduce")->allreduce(tensors, op);
+}
+dist::WorkPtr GenerationGroup::do_broadcast(Tensors& tensors, int root) {
+  return inner("broadcast")->broadcast(tensors, root);
+}
+dist::WorkPtr GenerationGroup::do_reduce(Tensors& tensors, int root, dist::ReduceOp op) {
+  return inner("reduce")->reduce(tensors, root, op);
+}
+dist::WorkPtr GenerationGroup::do_allgather(Tensors& outputs, const Tensor& input) {
+  return inner("allgather")->allgather(outputs, input);
+}
+dist::WorkPtr GenerationGroup::do_reduce_scatter(const Tensor& output, Tensors& inputs,
+                                                 dist::ReduceOp op) {
+  return inner("reduce_scatter")->reduce_scatter(output, inputs, op);
+}
+dist::WorkPtr GenerationGroup::do_all_to_all(const Tensor& output, const Tensor& input) {
+  return inner("all_to_all")->all_to_all(output, input);
+}
+dist::WorkPtr GenerationGroup::do_barrier() { return inner("barrier")->barrier(); }
+dist::WorkPtr GenerationGroup::do_send(const Tensor& tensor, int dst, int tag) {
+  return inner("send")->send(tensor, dst, tag);
+}
+dist::WorkPtr GenerationGroup::do_recv(const Tensor& tensor, int src, int tag) {
+  return inner("recv")->recv(tensor, src, tag);
 }
 
 }  // namespace ddp::parallel::detail

@@ -1,8 +1,8 @@
 #pragma once
 // ElasticGroup: fault-tolerant data parallelism without restarts. When a
 // rank dies, the survivors agree on the new membership through the job's
-// store, drop the failed step, build a new gloo group without the lost rank
-// and go on; a new or restarted rank joins at a step boundary and receives
+// store, drop the failed step, build a new process group without the lost
+// rank and go on; a new or restarted rank joins at a step boundary and receives
 // the whole training state from a healthy peer, not from a checkpoint.
 //
 //   io::Checkpoint state;                 // what a joining rank must receive
@@ -19,7 +19,11 @@
 // The store must outlive every rank (a TCPStore hosted by the launcher,
 // `ddprun --elastic`, or a separate process): a store hosted by a worker
 // dies with it, and with it the job (DistNetworkError naming the store).
-// Gloo only: the membership changes by creating new gloo groups.
+// Each generation's group is made through the backend registry:
+// ElasticOptions::backend is "gloo" (the default), "cpu:gloo,cuda:nccl" on
+// GPUs (nccl's communicator is aborted and re-created at every change), or
+// any registered backend but mpi (Note [Elastic backends] in
+// src/parallel/elastic.cpp).
 //
 // Note [Elastic membership]
 // Members are named by a replica id that never changes (the launcher's
@@ -32,7 +36,7 @@
 //    parameter names and shapes, a step not ahead of the job's), publishes
 //    the next generation's members (the current ones, then the joiners)
 //    with its decision, and after applying step s every member and joiner
-//    creates the next gloo group; or
+//    creates the next group; or
 //  - a heal: a step was aborted. Every survivor appends "<id>:<step>" to
 //    the next generation's candidate list and publishes that list as the
 //    members, with compare_set so that the first publisher wins and all
@@ -77,6 +81,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/core/device.h"
 #include "ddp/dist/process_group.h"
 #include "ddp/dist/process_group_gloo.h"
 #include "ddp/dist/store.h"
@@ -89,6 +94,8 @@ struct ElasticMember {
   int id;         // replica id
   int64_t step;   // steps its state has committed; -1: it has none
 };
+class ElasticBackend;
+class GenerationGroup;
 }  // namespace detail
 
 struct ElasticOptions {
@@ -117,6 +124,16 @@ struct ElasticOptions {
   // (it belongs to another run); its state is replaced by the peer's in any
   // case.
   int64_t resume_step = -1;
+  // The backend of every generation's group, as init_process_group takes
+  // it: a registered backend ("gloo", "nccl", one the application
+  // registered) for every device type it takes, or one per device type,
+  // "cpu:gloo,cuda:nccl" (what a GPU job wants: nccl for the gradients, gloo
+  // for the CPU tensors of the bookkeeping). "mpi" is refused (ValueError:
+  // MPI_COMM_WORLD cannot shrink without ULFM). Note [Elastic backends].
+  std::string backend = "gloo";
+  // The device this rank computes on: what the backends are made for (nccl
+  // needs a CUDA device) and where the state a joiner receives travels.
+  Device device = Device::cpu();
   // Address options of the gloo groups; group_name and timeout are set by
   // the ElasticGroup, and roll_call_grace is shortened (membership is found
   // by the heal, not by the roll call of Note [Naming the lost rank]).
@@ -130,7 +147,8 @@ class ElasticGroup {
   // (a replacement, an added node) returns once it was admitted at a step
   // boundary and received the state. `state` is what a joiner receives and
   // must outlive the group; per-rank sections (ZeRO-1, PowerSGD) are not
-  // supported yet (NotImplementedError). ValueError for bad options, a
+  // supported yet (NotImplementedError). ValueError for bad options (an
+  // unknown backend, naming the registered ones; mpi, saying why), a
   // replica id that is already a member, another job's token, a model that
   // differs (naming the first parameter and both shapes) or a future step;
   // TimeoutError when the founders never gather or no admission comes.
@@ -140,7 +158,9 @@ class ElasticGroup {
   ElasticGroup(const ElasticGroup&) = delete;
   ElasticGroup& operator=(const ElasticGroup&) = delete;
 
-  // The current generation's group; replaced after every membership change.
+  // The current generation's group; replaced after every membership change,
+  // and the old one closed (its collectives raise DistNetworkError) even
+  // while DDP still holds it. Its backend_name() is the backend's.
   const std::shared_ptr<dist::ProcessGroup>& group() const { return group_; }
   int rank() const { return rank_; }
   int size() const { return int(members_.size()); }
@@ -175,12 +195,15 @@ class ElasticGroup {
   void heal();
   void enter(int64_t generation, const std::vector<detail::ElasticMember>& members,
              bool sync_all = false);
+  void close_group(bool failed);
   std::string describe_model() const;
 
   std::shared_ptr<dist::Store> store_;
   int id_;
   io::Checkpoint& state_;
   ElasticOptions options_;
+  std::shared_ptr<const detail::ElasticBackend> backend_;
+  std::shared_ptr<detail::GenerationGroup> generation_group_;  // what group_ points to
   std::shared_ptr<dist::ProcessGroup> group_;
   std::vector<int> members_;
   int rank_ = -1;
