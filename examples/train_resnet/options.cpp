@@ -86,6 +86,11 @@ Options parse_options(int argc, char** argv) {
                "write checkpoints in the background: a step waits only for a copy of the state in "
                "memory (docs/checkpoints.md)");
   cli.add_flag("--resume", &o.resume, "continue from the checkpoint in --checkpoint-dir if there is one");
+  cli.add_flag("--fault-tolerant", &o.fault_tolerant,
+               "keep training when a rank dies: DDP on an ElasticGroup (gloo, CPU; under ddprun "
+               "--nproc-per-node MIN:MAX a dead worker is replaced; docs/fault_tolerance.md)");
+  cli.add_flag("--check-replicas", &o.check_replicas,
+               "--fault-tolerant: after each membership change, compare every replica's state hash");
   cli.add_string("--metrics", &o.metrics, "write one JSON line per logged step to this file");
   cli.add_int("--metrics-port", &o.metrics_port,
               "serve Prometheus metrics at /metrics on PORT + local rank (0: off)", 0);
@@ -122,6 +127,14 @@ Options parse_options(int argc, char** argv) {
   // Whether this rank has a GPU is known once the job is joined (run() checks).
   if (!is_image_data(o.data) && o.decode_device == ddp::data::DecodeDevice::cuda)
     cli.fail("--decode-device cuda: only for --data imagefolder:PATH or packed:PATH");
+  if (o.check_replicas && !o.fault_tolerant) cli.fail("--check-replicas: needs --fault-tolerant");
+  if (o.fault_tolerant) {
+    // Note [Fault-tolerant trainer] (fault_tolerant.cpp): what that loop does not have.
+    for (const char* flag : {"--amp", "--comm-hook", "--sync-bn", "--checkpoint-dir", "--resume",
+                             "--metrics-port", "--tensorboard", "--decode-device"})
+      if (cli.given(flag)) cli.fail(std::string("--fault-tolerant: takes no ") + flag);
+    if (!o.backend.empty() && o.backend != "gloo") cli.fail("--fault-tolerant: runs on gloo only");
+  }
   if (o.comm_hook != "powersgd" && (cli.given("--powersgd-rank") || cli.given("--powersgd-start-iter")))
     cli.fail("--powersgd-rank, --powersgd-start-iter: need --comm-hook powersgd");
   return o;

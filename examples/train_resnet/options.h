@@ -37,6 +37,8 @@ struct Options {
   int64_t checkpoint_every = 0;    // steps; 0: only at the end
   bool async_checkpoint = false;   // write checkpoints in the background
   bool resume = false;
+  bool fault_tolerant = false;     // DDP on an ElasticGroup (fault_tolerant.cpp)
+  bool check_replicas = false;     // --fault-tolerant: compare replicas after each change
   std::string metrics;
   int64_t metrics_port = 0;       // 0: off; rank r serves PORT + local rank
   std::string job_name;            // Prometheus `job` label; empty: the program's name

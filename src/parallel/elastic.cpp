@@ -1,6 +1,5 @@
 // ElasticGroup: Note [Elastic membership] and Note [Elastic commit] in
 // ddp/parallel/elastic.h. Store keys, under options.key_prefix:
-//   founders                 counter of founding arrivals
 //   g<G>/candidates          "id:step,..." founders (G = 0) or heal arrivals
 //   g<G>/members             "id:step,..." the members of generation G, in
 //                            rank order; step -1 (or behind) = needs state
@@ -175,10 +174,9 @@ ElasticGroup::ElasticGroup(std::shared_ptr<dist::Store> store, int replica_id, i
   backend_ = std::make_shared<detail::ElasticBackend>(options_.backend, options_.device,
                                                       options_.gloo, options_.timeout, store_);
 
-  if (store_->add(key("founders"), 1) <= world_size)
-    found(world_size);
-  else
-    join();
+  // Note [Elastic membership]: a founder until generation 0 is formed.
+  if (!store_->check({key("g0/members")}) && found(world_size)) return;
+  join();
 }
 
 ElasticGroup::~ElasticGroup() = default;
@@ -189,21 +187,37 @@ std::string ElasticGroup::step_key(const std::string& k) const {
   return key(fmt::format("g{}/s{}/{}", generation_, step_, k));
 }
 
-void ElasticGroup::found(int world_size) {
+// A founder appends its id to generation 0's candidates (once: a restarted
+// process of a founder that died before the job formed takes its place)
+// and waits until world_size ids are there; whoever sees them first
+// publishes them as the members. False when generation 0 formed without
+// this process (it arrived too late, or its predecessor was counted and
+// then lost): it joins like any new rank.
+bool ElasticGroup::found(int world_size) {
   const std::string token = "=" + options_.job_token;  // never empty
   const std::string theirs = store_->compare_set(key("token"), "", token);
   DDP_CHECK(theirs == token,
             "ElasticGroup: replica {} has job token '{}', the job's founders have '{}': a rank "
             "of another job",
             id_, options_.job_token, theirs.substr(std::min<size_t>(1, theirs.size())));
-  const std::string list = key("g0/candidates");
+  const std::string list = key("g0/candidates"), published = key("g0/members");
   step_ = std::max<int64_t>(options_.resume_step, 0);
-  append(*store_, list, fmt::format("{}:{}", id_, step_));
-  const auto deadline = Clock::now() + std::max(options_.join_timeout, store_->timeout());
-  std::vector<Member> founders;
   for (;;) {
-    founders = parse_members(store_->get_string(list));
-    if (int(founders.size()) >= world_size) break;
+    const std::string now = store_->check({list}) ? store_->get_string(list) : "";
+    auto ms = parse_members(now);
+    if (std::any_of(ms.begin(), ms.end(), [&](const Member& m) { return m.id == id_; })) break;
+    const std::string want = (now.empty() ? "" : now + ",") + fmt::format("{}:{}", id_, step_);
+    if (store_->compare_set(list, now, want) == want) break;
+  }
+  const auto deadline = Clock::now() + std::max(options_.join_timeout, store_->timeout());
+  while (!store_->check({published})) {
+    std::vector<Member> founders = parse_members(store_->get_string(list));
+    if (int(founders.size()) >= world_size) {
+      std::sort(founders.begin(), founders.end(),
+                [](const Member& a, const Member& b) { return a.id < b.id; });
+      store_->compare_set(published, "", format_members(founders));
+      break;
+    }
     if (Clock::now() > deadline) {
       std::vector<int> ids;
       for (const Member& m : founders) ids.push_back(m.id);
@@ -212,15 +226,20 @@ void ElasticGroup::found(int world_size) {
     }
     std::this_thread::sleep_for(kPoll);
   }
-  std::sort(founders.begin(), founders.end(),
-            [](const Member& a, const Member& b) { return a.id < b.id; });
-  for (size_t i = 1; i < founders.size(); ++i)
-    DDP_CHECK(founders[i].id != founders[i - 1].id,
-              "ElasticGroup: two founding ranks have replica id {}", founders[i].id);
-  store_->compare_set(key("g0/members"), "", format_members(founders));
+  auto members = parse_members(store_->get_string(published));
+  if (std::none_of(members.begin(), members.end(), [&](const Member& m) { return m.id == id_; }))
+    return false;
   // The founders start from rank 0's state, as DDP's constructor would
-  // broadcast it (DDPOptions::fault_tolerant skips that).
-  enter(0, parse_members(store_->get_string(key("g0/members"))), /*sync_all=*/true);
+  // broadcast it (DDPOptions::fault_tolerant skips that). A founder lost
+  // before the group stands makes the others heal at once.
+  try {
+    enter(0, members, /*sync_all=*/true);
+  } catch (const Error& e) {
+    if (!is_communication_error(e)) throw;
+    DDP_LOG_WARNING("elastic: forming generation 0 failed: {}", e.what());
+    heal();
+  }
+  return true;
 }
 
 void ElasticGroup::join() {

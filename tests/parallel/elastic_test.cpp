@@ -332,6 +332,29 @@ TEST(Elastic, BadJoinersAreRefusedAndChangeNothing) {
   EXPECT_EQ(params[0], params[1]);
 }
 
+// A founder that died after it was counted and before the job formed: its
+// restarted process (the same replica id) takes its place, and the job
+// forms with all three.
+TEST(Elastic, ARestartedFounderTakesThePlaceOfTheOneThatDied) {
+  Store store;
+  store.client()->set("ddp/elastic/g0/candidates", "1:0");  // counted, then lost
+  std::vector<int64_t> sizes(3), heals(3);
+  std::vector<std::vector<double>> params(3);
+  auto errors = on_threads(3, [&](int r) {
+    Replica rep(store.client(), r, 3, 61);
+    while (rep.elastic->step() < 3) rep.step();
+    sizes[size_t(r)] = rep.elastic->size();
+    heals[size_t(r)] = rep.elastic->heals();
+    params[size_t(r)] = rep.parameters();
+  });
+  for (const auto& e : errors) ASSERT_EQ(e, "");
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(sizes[size_t(r)], 3);
+    EXPECT_EQ(heals[size_t(r)], 0);
+    EXPECT_EQ(params[size_t(r)], params[0]);
+  }
+}
+
 TEST(Elastic, FewerSurvivorsThanMinSizeStopEveryRankNamingTheLost) {
   Store store;
   ElasticOptions o = fast_options();

@@ -28,8 +28,10 @@
 // Note [Elastic membership]
 // Members are named by a replica id that never changes (the launcher's
 // RANK at the first start); ranks are positions in the membership of one
-// generation. Generation 0 is the founding world: every founding process
-// adds itself to a counter and waits until world_size have. Every later
+// generation. Generation 0 is the founding world: until it is formed, every
+// process adds its id to one list (once: a restarted founder takes the
+// place of the one that died) and the first to see world_size ids
+// publishes them; a process that finds it formed without its id joins. Every later
 // generation is either
 //  - a join: at the commit of step s (below) the deciding rank admits the
 //    pending join requests that pass the checks (job token, the model's
@@ -189,7 +191,7 @@ class ElasticGroup {
  private:
   std::string key(const std::string& k) const;
   std::string step_key(const std::string& k) const;
-  void found(int world_size);
+  bool found(int world_size);
   void join();
   std::string decide(int64_t next_generation);
   void heal();
