@@ -20,33 +20,19 @@
 #include "ddp/config.h"
 #include "ddp/dist/backend_registry.h"
 #include "ddp/dist/prefix_store.h"
-#include "ddp/io/checkpoint.h"
-#include "ddp/nn/activation.h"
-#include "ddp/nn/container.h"
-#include "ddp/nn/functional/loss.h"
-#include "ddp/nn/linear.h"
-#include "ddp/optim/sgd.h"
-#include "ddp/parallel/distributed.h"
-#include "ddp/parallel/elastic.h"
-#include "ddp/tensor/generator.h"
-#include "ddp/tensor/ops.h"
-#include "dist/store_test_util.h"
+#include "parallel/elastic_replica.h"
 #if DDP_HAVE_GLOO
 #include "ddp/dist/process_group_gloo.h"
 #endif
 
 using namespace ddp;
-using namespace std::chrono_literals;
-using Model = nn::Sequential;
-using parallel::ElasticGroup;
-using parallel::ElasticOptions;
+using namespace ddp::test::elastic;
 
 namespace {
 
 #if DDP_HAVE_GLOO
 
-constexpr double kLr = 0.05, kMomentum = 0.9;
-constexpr auto kTimeout = 10s;
+constexpr auto kTimeout = 10s;  // fast_options()'s
 
 // ---- the fake backend ------------------------------------------------------------
 
@@ -171,109 +157,6 @@ void register_fake_backend() {
   (void)once;
 }
 
-// ---- replicas (as in elastic_test.cpp) -----------------------------------------------
-
-std::shared_ptr<Model> make_model(uint64_t seed) {
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
-  manual_seed(seed);
-  auto m = std::make_shared<Model>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
-      std::make_shared<nn::Linear>(5, 8), std::make_shared<nn::GELU>(),
-      std::make_shared<nn::Linear>(8, 3)});
-  m->to(DType::f64);
-  return m;
-}
-
-std::pair<Tensor, Tensor> batch(int64_t step, int rank, int world) {
-  Generator gen(9000 + 100 * uint64_t(step) + 10 * uint64_t(world) + uint64_t(rank));
-  Tensor x = randn({4, 5}, TensorOptions(DType::f64), &gen);
-  Tensor y = randn({4, 3}, TensorOptions(DType::f64), &gen);
-  return {x, y};
-}
-
-std::vector<double> flat(const Tensors& ts) {
-  std::vector<double> out;
-  for (const Tensor& t : ts) {
-    std::vector<double> v = t.contiguous().to_vector<double>();
-    out.insert(out.end(), v.begin(), v.end());
-  }
-  return out;
-}
-
-struct Store {
-  std::shared_ptr<dist::TCPStore> server =
-      std::make_shared<dist::TCPStore>(dist::test::server_options(30s));
-  std::shared_ptr<dist::Store> client() {
-    return std::make_shared<dist::TCPStore>(dist::test::client_options(server->port(), 30s));
-  }
-};
-
-ElasticOptions options_for(const std::string& backend) {
-  ElasticOptions o;
-  o.timeout = kTimeout;
-  o.settle = 300ms;
-  o.join_timeout = 20s;
-  o.backend = backend;
-  return o;
-}
-
-struct Replica {
-  std::shared_ptr<Model> model;
-  std::unique_ptr<optim::SGD> opt;
-  io::Checkpoint state{false};
-  std::unique_ptr<ElasticGroup> elastic;
-  std::unique_ptr<parallel::DistributedDataParallel<Model>> ddp;
-
-  Replica(std::shared_ptr<dist::Store> store, int id, int world, uint64_t seed,
-          const ElasticOptions& options) {
-    model = make_model(seed);
-    opt = std::make_unique<optim::SGD>(model->parameters(), kLr,
-                                       optim::SGDOptions{.momentum = kMomentum});
-    state.add("model", model).add("optimizer", *opt);
-    elastic = std::make_unique<ElasticGroup>(store, id, world, state, options);
-    parallel::DDPOptions d;
-    d.bucket_cap_mb = 0.0005;  // several buckets
-    d.fault_tolerant = true;
-    ddp = std::make_unique<parallel::DistributedDataParallel<Model>>(model, elastic->group(), d);
-    elastic->on_change([this] { ddp->reset_group(elastic->group()); });
-  }
-
-  bool step() {
-    const int64_t s = elastic->step();
-    return elastic->run_step(
-        [&] {
-          auto [x, y] = batch(s, elastic->rank(), elastic->size());
-          nn::functional::mse_loss((*ddp)(x), y).backward();
-        },
-        [&] {
-          opt->step();
-          opt->zero_grad();
-        });
-  }
-
-  std::vector<double> parameters() const { return flat(model->parameters()); }
-  std::vector<double> momentum() const {
-    Tensors bufs;
-    for (const auto& [name, t] : opt->state_dict()) bufs.push_back(t);
-    return flat(bufs);
-  }
-};
-
-std::vector<std::string> on_threads(int n, const std::function<void(int)>& fn) {
-  std::vector<std::string> errors(static_cast<size_t>(n));
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i)
-    threads.emplace_back([&, i] {
-      try {
-        fn(i);
-      } catch (const std::exception& e) {
-        errors[size_t(i)] = e.what();
-      }
-    });
-  for (auto& t : threads) t.join();
-  return errors;
-}
-
 // ---- the tests ---------------------------------------------------------------------
 
 struct LossRun {
@@ -289,7 +172,7 @@ LossRun run_with_a_loss(const std::string& backend) {
   Store store;
   LossRun out;
   auto errors = on_threads(kWorld, [&](int r) {
-    auto rep = std::make_unique<Replica>(store.client(), r, kWorld, 21, options_for(backend));
+    auto rep = std::make_unique<Replica>(store.client(), r, kWorld, 21, fast_options(backend));
     while (rep->elastic->step() < kSteps) {
       if (r == 2 && rep->elastic->step() == kDiesAt) {
         rep.reset();  // closes its connections, as a killed process's close
@@ -347,7 +230,7 @@ TEST(ElasticBackend, APerDeviceSpecRoutesAndAJoinerReceivesTheState) {
   std::vector<std::string> names(3);
   std::vector<int64_t> joined_at(3, -1), sizes(3);
   std::atomic<int> founders_at_step2{0};
-  const ElasticOptions o = options_for("cpu:fake_nccl");
+  const ElasticOptions o = fast_options("cpu:fake_nccl");
   auto errors = on_threads(3, [&](int i) {
     std::unique_ptr<Replica> rep;
     if (i < 2) {
@@ -391,7 +274,7 @@ TEST(ElasticBackend, BadBackendsAreNamedAndChangeNothing) {
   io::Checkpoint state(false);
   auto refusal = [&](const std::string& backend) -> std::string {
     try {
-      ElasticGroup g(store.client(), 0, 1, state, options_for(backend));
+      ElasticGroup g(store.client(), 0, 1, state, fast_options(backend));
     } catch (const ValueError& e) {
       return e.what();
     }
