@@ -12,9 +12,11 @@
 //    which applies the same transforms; the loss weights padding out and is
 //    scaled so that the averaged gradient is that of the mean over the
 //    step's real samples, whatever the world size.
-//  - Every change of the training state (optimizer, scheduler, sampler) is
-//    in run_step's apply, and the state a joiner receives is the checkpoint
-//    set of the plain loop plus the sampler.
+//  - Every change of the training state (optimizer, sampler) is in
+//    run_step's apply, and the state a joiner receives is the model, the
+//    optimizer, the sampler and the generator. The learning rate is a
+//    function of the samples consumed (the sampler's epoch and position),
+//    not of the step count, which depends on the world sizes the run had.
 //  - No collective outside run_step: progress lines print rank 0's own loss,
 //    and the test accuracy is computed at the end by rank 0 alone (every
 //    replica holds the same weights), so a loss during either costs nothing.
@@ -129,8 +131,11 @@ int run_fault_tolerant(const Options& o) {
   if (channels_last) model->to(MemoryFormat::channels_last);
 
   data::ElasticSampler sampler(d.train->size(), local_batch, /*shuffle=*/true, uint64_t(o.seed));
-  // The schedule counts steps of the founding world; a smaller world takes
-  // more steps per epoch, and the run stops at the epochs' end or max_steps.
+  // The run ends after --epochs epochs of data (or --max-steps steps): a
+  // smaller world takes more, smaller steps. The learning rate follows the
+  // data, not the steps: at every step it is the schedule's value after as
+  // many founding-world steps as the samples consumed so far fill, so a
+  // heal changes neither the schedule nor its end.
   const int64_t steps_per_epoch = sampler.steps_left(founders);
   const int64_t schedule_steps = steps_per_epoch * o.epochs;
   const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, schedule_steps) : schedule_steps;
@@ -143,7 +148,12 @@ int run_fault_tolerant(const Options& o) {
                   .nesterov = o.momentum > 0});
   optim::WarmupCosineLR sched(opt, schedule_steps, {.warmup_steps = warmup, .min_lr = o.min_lr});
   io::Checkpoint state;  // with the default generator
-  state.add("model", model).add("optimizer", opt).add("scheduler", sched).add("sampler", sampler);
+  state.add("model", model).add("optimizer", opt).add("sampler", sampler);
+  auto set_lr = [&] {
+    const int64_t samples = sampler.epoch() * d.train->size() + sampler.position();
+    const int64_t k = std::min(schedule_steps, samples / o.batch_size);
+    for (size_t g = 0; g < opt.param_groups().size(); ++g) opt.param_groups()[g].lr = sched.lr_at(k, g);
+  };
 
   parallel::ElasticOptions eo;
   eo.min_size = env.elastic ? env.elastic_min : 1;
@@ -168,7 +178,7 @@ int run_fault_tolerant(const Options& o) {
     std::printf("train_resnet: %s on %s, fault-tolerant, %d rank(s) (min %d, max %d), %s\n",
                 o.model.c_str(), d.train->describe().c_str(), elastic.size(), eo.min_size,
                 eo.max_size, channels_last ? "channels-last" : "contiguous");
-    std::printf("training %lld steps (%lld per epoch at %d ranks), global batch %lld\n",
+    std::printf("training about %lld steps (%lld per epoch at %d ranks), global batch %lld\n",
                 (long long)(stop_step - elastic.step()), (long long)steps_per_epoch, founders,
                 (long long)o.batch_size);
     std::fflush(stdout);
@@ -190,8 +200,12 @@ int run_fault_tolerant(const Options& o) {
   int64_t images = 0;  // committed by the job while this process was a member
   double loss_sum = 0;
   int64_t loss_steps = 0;
-  while (elastic.step() < stop_step) {
+  auto done = [&] {
+    return sampler.epoch() >= o.epochs || (o.max_steps > 0 && elastic.step() >= o.max_steps);
+  };
+  while (!done()) {
     const int64_t step = elastic.step();
+    set_lr();
     const data::ElasticBatch b = sampler.batch(elastic.rank(), elastic.size());
     step_indices->indices_now = b.indices;
     loader.set_epoch(sampler.epoch() * (int64_t(1) << 32) + sampler.position());
@@ -213,7 +227,6 @@ int run_fault_tolerant(const Options& o) {
         [&] {
           opt.step();
           opt.zero_grad();
-          sched.step();
           sampler.advance(elastic.size());
           if (sampler.epoch_done()) sampler.set_epoch(sampler.epoch() + 1);
         });
@@ -231,8 +244,8 @@ int run_fault_tolerant(const Options& o) {
                            .add("world_size", elastic.size())
                            .add("generation", elastic.generation())
                            .add("images", b.global_count));
-      if ((step + 1) % o.log_every == 0 || step + 1 == stop_step) {
-        std::printf("step %lld/%lld  epoch %lld  loss %.4f  lr %.4f  world %d  %.0f img/s\n",
+      if ((step + 1) % o.log_every == 0 || done()) {
+        std::printf("step %lld/~%lld  epoch %lld  loss %.4f  lr %.4f  world %d  %.0f img/s\n",
                     (long long)(step + 1), (long long)stop_step, (long long)sampler.epoch() + 1,
                     loss_sum / double(std::max<int64_t>(1, loss_steps)),
                     opt.param_groups()[0].lr.value_or(o.lr), elastic.size(),
