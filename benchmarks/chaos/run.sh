@@ -66,7 +66,8 @@ run_mode() {
   start=$(now)
   case "$mode" in
     none|ft)
-      "$DDPRUN" --nproc-per-node "$LOW:$RANKS" --master-port 0 "$TRAIN" "${ARGS[@]}" \
+      # As many replacements as kills: the run measures healing, not the cap.
+      "$DDPRUN" --nproc-per-node "$LOW:$RANKS" --max-replacements 1000 --master-port 0 "$TRAIN" "${ARGS[@]}" \
         --fault-tolerant --check-replicas --metrics "$dir/commits.jsonl" > "$LOG" 2>&1 & ;;
     restart)
       "$DDPRUN" --nproc-per-node "$RANKS" --master-port 0 --max-restarts 1000 "$TRAIN" "${ARGS[@]}" \
