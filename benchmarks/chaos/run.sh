@@ -85,7 +85,10 @@ run_mode() {
       kill -INT "$pid" 2>/dev/null || true
       break
     fi
+    # The fault-tolerant modes are killed once training has begun (a commit
+    # is on record), so that every kill is healed and checked.
     if [ "$kills" = kill ] && [ "$n" -lt "$MAX_KILLS" ] &&
+       { [ "$mode" = restart ] || [ -s "$dir/commits.jsonl" ]; } &&
        awk -v t="$t" -v n="$next" 'BEGIN { exit !(t >= n) }'; then
       # A random worker of ddprun (its children are the workers' process groups).
       mapfile -t workers < <(pgrep -P "$pid" || true)

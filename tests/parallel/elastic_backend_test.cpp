@@ -234,11 +234,14 @@ TEST(ElasticBackend, APerDeviceSpecRoutesAndAJoinerReceivesTheState) {
   auto errors = on_threads(3, [&](int i) {
     std::unique_ptr<Replica> rep;
     if (i < 2) {
+      auto probe = store.client();
       rep = std::make_unique<Replica>(store.client(), i, 2, 31, o);
       while (rep->elastic->step() < kSteps) {
         if (rep->elastic->step() == 2) ++founders_at_step2;
+        // As in Elastic.AJoinerReceivesTheStateFromAPeer: admitted at step 4.
+        if (rep->elastic->step() == 4)
+          while (!probe->check({"ddp/elastic/join/0"})) std::this_thread::sleep_for(1ms);
         rep->step();
-        std::this_thread::sleep_for(30ms);  // time for the joiner to ask
       }
     } else {
       while (founders_at_step2 < 2) std::this_thread::sleep_for(1ms);
@@ -253,6 +256,7 @@ TEST(ElasticBackend, APerDeviceSpecRoutesAndAJoinerReceivesTheState) {
   });
   for (const auto& e : errors) ASSERT_EQ(e, "");
   EXPECT_GE(joined_at[2], 3);
+  EXPECT_LE(joined_at[2], 5);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(sizes[size_t(i)], 3);
     EXPECT_EQ(names[size_t(i)], "cpu:fake_nccl");

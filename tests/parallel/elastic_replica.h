@@ -72,7 +72,9 @@ struct Store {
 inline ElasticOptions fast_options(const std::string& backend = "gloo") {
   ElasticOptions o;
   o.timeout = 10s;
-  o.settle = 300ms;
+  // Each heal waits this long for the lost replica; long enough that a
+  // survivor slowed by a loaded machine is not left out.
+  o.settle = 1s;
   o.join_timeout = 20s;
   o.backend = backend;
   return o;
