@@ -20,7 +20,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   DDP_CHECK_T(ShapeError, x.dim() == 3 && x.size(2) == embed_dim_,
               "{}: expected input [B, T, {}], got {}", describe(), embed_dim_, x.describe());
   const int64_t B = x.size(0), T = x.size(1), C = embed_dim_, H = num_heads_, D = C / H;
-  Tensor qkv = c_attn->forward(x);  // [B, T, 3C]
+  Tensor qkv = (*c_attn)(x);  // [B, T, 3C]
   // The i-th C-wide slice as a [B, H, T, D] view, passed without a copy; the
   // output comes back dense in the views' [B, T, H, D] order, so the reshape
   // to [B, T, C] is a view too (Note [Strided attention operands]; the
@@ -30,7 +30,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   };
   Tensor y = functional::scaled_dot_product_attention(heads(0), heads(1), heads(2), true);
   y = y.transpose(1, 2).reshape({B, T, C});
-  return resid_dropout->forward(c_proj->forward(y));
+  return (*resid_dropout)((*c_proj)(y));
 }
 
 std::string CausalSelfAttention::extra_repr() const {

@@ -53,10 +53,19 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
 }
 
 Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const Tensor& residual) {
-  if (!functional::batch_norm_fusion_enabled() || (is_training() && training_forward_)) {
-    const Tensor y = forward(x);
+  // Note [Forward hooks]: a post-hook must see this layer's own output, so
+  // it runs the layer apart; pre-hooks alone keep the fused op.
+  if (!functional::batch_norm_fusion_enabled() || (is_training() && training_forward_) ||
+      has_forward_hooks()) {
+    const Tensor y = (*this)(x);
     return ::ddp::relu(residual.defined() ? add(y, residual) : y);
   }
+  Tensors in{x};
+  run_forward_pre_hooks(in);
+  return fused_add_relu(in[0], residual);
+}
+
+Tensor BatchNorm2d::fused_add_relu(const Tensor& x, const Tensor& residual) {
   check_input(x);
   const double factor = step_momentum_factor(x);
   const bool batch_stats = is_training() || !track_running_stats_;

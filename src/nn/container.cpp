@@ -11,7 +11,7 @@ Sequential::Sequential(std::initializer_list<std::shared_ptr<UnaryModule>> modul
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor y = x;
-  for (const auto& m : modules_) y = m->forward(y);
+  for (const auto& m : modules_) y = (*m)(y);
   return y;
 }
 

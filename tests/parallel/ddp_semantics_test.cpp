@@ -319,4 +319,28 @@ TEST(ReducerApis, RebuildBucketsRejectsBadAssignments) {
   EXPECT_EQ(r.bucket_assignment().size(), 1u);  // unchanged
 }
 
+// Note [Forward hooks]: DDP calls the wrapped module through its call
+// operator, so the module's own hooks run, and what a post-hook returns is
+// what the DDP forward returns (and what backward differentiates).
+TEST(DDPSemantics, TheWrappedModulesForwardHooksRun) {
+  manual_seed(11);
+  auto model = std::make_shared<nn::Linear>(3, 2);
+  model->to(DType::f64);
+  DistributedDataParallel<nn::Linear> ddp(model, solo());
+  int pre = 0, post = 0;
+  model->register_forward_pre_hook([&](nn::Module&, Tensors&) { ++pre; });
+  model->register_forward_hook([&](nn::Module&, const Tensors&, Tensors& out) {
+    ++post;
+    out[0] = mul(out[0], Tensor::scalar(3.0, DType::f64));
+  });
+  const Tensor x = Tensor::ones({4, 3}, DType::f64);
+  const Tensor y = ddp(x);
+  EXPECT_EQ(pre, 1);
+  EXPECT_EQ(post, 1);
+  EXPECT_EQ(y.to_vector<double>(), mul(model->forward(x), Tensor::scalar(3.0, DType::f64)).to_vector<double>());
+  sum(y).backward();
+  // d(sum(3 (x W^T + b)))/db = 3 per row, 4 rows.
+  EXPECT_EQ(grad_of(model->bias), std::vector<double>(2, 12.0));
+}
+
 }  // namespace

@@ -31,7 +31,7 @@ class BatchNorm2d : public UnaryModule {
   // fused op (Note [BatchNorm + add + ReLU fusion] in
   // ddp/nn/functional/batch_norm.h). With a training-forward hook installed
   // (SyncBatchNorm) or the fusion switched off, the ops are composed, with
-  // the same result.
+  // the same result. This layer's forward hooks run (Note [Forward hooks]).
   Tensor forward_add_relu(const Tensor& x, const Tensor& residual = Tensor());
   std::string extra_repr() const override;
 
@@ -55,6 +55,7 @@ class BatchNorm2d : public UnaryModule {
   Tensor running_mean, running_var, num_batches_tracked;  // undefined unless tracking
 
  private:
+  Tensor fused_add_relu(const Tensor& x, const Tensor& residual);
   void check_input(const Tensor& x) const;
   // Counts the batch when training with running statistics and returns this
   // step's momentum factor (torch's exponential_average_factor).

@@ -31,6 +31,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "ddp/nn/hooks.h"
 #include "ddp/nn/ordered_dict.h"
 #include "ddp/tensor/memory_format.h"
 #include "ddp/tensor/tensor.h"
@@ -147,6 +148,19 @@ class Module {
   // leaves the module unchanged.
   LoadResult load_state_dict(const TensorDict& state, bool strict = true);
 
+  // ---- forward hooks (Note [Forward hooks] in ddp/nn/hooks.h) ------------------
+  // A null hook is a ValueError.
+  HookHandle register_forward_pre_hook(ForwardPreHook hook, bool prepend = false);
+  HookHandle register_forward_hook(ForwardHook hook, bool prepend = false);
+  bool has_forward_pre_hooks() const { return hooks_ && !hooks_->pre.empty(); }
+  bool has_forward_hooks() const { return hooks_ && !hooks_->post.empty(); }
+  // Runs this module's pre-hooks on `inputs`, forward(inputs), then its
+  // post-hooks on the outputs: what a call operator does. Modules whose
+  // forward takes other arguments call it with a lambda over them.
+  Tensors call_with_hooks(Tensors inputs, const std::function<Tensors(const Tensors&)>& forward);
+  // The pre-hooks alone, for a fused path (Note [Forward hooks]).
+  void run_forward_pre_hooks(Tensors& inputs);
+
   // ---- printing ---------------------------------------------------------------
   // The tree, like PyTorch's repr: "Sequential(\n  (0): Linear(in=4, out=8)\n)".
   std::string to_string() const;
@@ -182,6 +196,7 @@ class Module {
   OrderedDict<Slot> parameters_;
   OrderedDict<Slot> buffers_;
   OrderedDict<std::shared_ptr<Module>> children_;
+  std::shared_ptr<detail::ForwardHooks> hooks_;  // created by the first registration
 };
 
 // A module with one tensor in and one out; see Note [Forward convention].
@@ -189,7 +204,11 @@ class UnaryModule : public Module {
  public:
   using Module::Module;
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  // forward(x) with this module's hooks (Note [Forward hooks]).
+  Tensor operator()(const Tensor& x) {
+    if (!has_forward_pre_hooks() && !has_forward_hooks()) return forward(x);
+    return call_with_hooks({x}, [this](const Tensors& in) { return Tensors{forward(in[0])}; })[0];
+  }
 };
 
 }  // namespace ddp::nn

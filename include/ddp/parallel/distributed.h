@@ -233,11 +233,18 @@ class DistributedDataParallel : public DistributedDataParallelBase {
   M& module() { return *module_; }
   const std::shared_ptr<M>& module_ptr() const { return module_; }
 
-  // The module's own forward, with DDP's work around it.
+  // The module's own forward, with DDP's work around it; through the
+  // module's call operator where it has one, so that its forward hooks run
+  // (Note [Forward hooks]).
   template <class... Args>
   auto forward(Args&&... args) {
     pre_forward();
-    auto out = module_->forward(std::forward<Args>(args)...);
+    auto out = [&] {
+      if constexpr (requires { (*module_)(std::forward<Args>(args)...); })
+        return (*module_)(std::forward<Args>(args)...);
+      else
+        return module_->forward(std::forward<Args>(args)...);
+    }();
     Tensors outputs;
     collect_outputs(out, outputs);
     post_forward(outputs);

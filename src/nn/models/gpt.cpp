@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "ddp/core/error.h"
+#include "ddp/nn/functional/activation.h"
 #include "ddp/nn/functional/linear.h"
 #include "ddp/nn/init.h"
 #include "ddp/tensor/ops.h"
@@ -30,7 +31,14 @@ Tensor fc_gelu_proj(const Linear& fc, const Linear& proj, const Tensor& x) {
 }  // namespace
 
 Tensor GPTMLP::forward(const Tensor& x) {
-  return dropout->forward(fc_gelu_proj(*c_fc, *c_proj, x));
+  // Note [Forward hooks]: c_proj's input exists only inside the fused op,
+  // so any hook of c_proj, or a post-hook of c_fc, runs the layers apart.
+  if (c_fc->has_forward_hooks() || c_proj->has_forward_pre_hooks() ||
+      c_proj->has_forward_hooks())
+    return (*dropout)((*c_proj)(functional::gelu((*c_fc)(x), "tanh")));
+  Tensors in{x};
+  c_fc->run_forward_pre_hooks(in);
+  return (*dropout)(fc_gelu_proj(*c_fc, *c_proj, in[0]));
 }
 
 GPTBlock::GPTBlock(const GPTConfig& c) : UnaryModule("GPTBlock") {
@@ -42,8 +50,8 @@ GPTBlock::GPTBlock(const GPTConfig& c) : UnaryModule("GPTBlock") {
 }
 
 Tensor GPTBlock::forward(const Tensor& x) {
-  Tensor y = add(x, attn->forward(ln_1->forward(x)));
-  return add(y, mlp->forward(ln_2->forward(y)));
+  Tensor y = add(x, (*attn)((*ln_1)(x)));
+  return add(y, (*mlp)((*ln_2)(y)));
 }
 
 GPT::GPT(GPTConfig c) : UnaryModule("GPT"), config_(c) {
@@ -83,9 +91,10 @@ Tensor GPT::forward(const Tensor& tokens) {
               "{}: sequence length {} is longer than the context {} (tokens {})", describe(), T,
               config_.block_size, tokens.describe());
   Tensor pos = arange(T, TensorOptions(DType::i64).device(tokens.device()));
-  Tensor x = drop->forward(add(wte->forward(tokens), wpe->forward(pos)));
-  for (size_t i = 0; i < h->size(); ++i) x = h->at<GPTBlock>(i)->forward(x);
-  x = ln_f->forward(x);
+  const Tensor tok = (*wte)(tokens);  // wte runs first: the layers' order is fixed
+  Tensor x = (*drop)(add(tok, (*wpe)(pos)));
+  for (size_t i = 0; i < h->size(); ++i) x = (*h->at<GPTBlock>(i))(x);
+  x = (*ln_f)(x);
   return matmul(x, wte->weight.t());  // the tied LM head
 }
 

@@ -40,9 +40,12 @@ BasicBlock::BasicBlock(int64_t in_planes, int64_t planes, int64_t stride)
 // BatchNorm2d::forward_add_relu, one fused op (Note [BatchNorm + add + ReLU
 // fusion]).
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor y = bn1->forward_add_relu(conv1->forward(x));
-  y = conv2->forward(y);
-  return bn2->forward_add_relu(y, downsample ? downsample->forward(x) : x);
+  Tensor y = bn1->forward_add_relu((*conv1)(x));
+  y = (*conv2)(y);
+  // The shortcut runs before bn2, whose fused op adds it (named, so that
+  // the order in which layers run, and their hooks, is fixed).
+  const Tensor shortcut = downsample ? (*downsample)(x) : x;
+  return bn2->forward_add_relu(y, shortcut);
 }
 
 Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
@@ -59,10 +62,11 @@ Bottleneck::Bottleneck(int64_t in_planes, int64_t planes, int64_t stride)
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor y = bn1->forward_add_relu(conv1->forward(x));
-  y = bn2->forward_add_relu(conv2->forward(y));
-  y = conv3->forward(y);
-  return bn3->forward_add_relu(y, downsample ? downsample->forward(x) : x);
+  Tensor y = bn1->forward_add_relu((*conv1)(x));
+  y = bn2->forward_add_relu((*conv2)(y));
+  y = (*conv3)(y);
+  const Tensor shortcut = downsample ? (*downsample)(x) : x;  // before bn3, as above
+  return bn3->forward_add_relu(y, shortcut);
 }
 
 ResNet::ResNet(Block block, std::vector<int64_t> blocks_per_stage, Stem stem, int64_t base_planes,
@@ -103,11 +107,11 @@ ResNet::ResNet(Block block, std::vector<int64_t> blocks_per_stage, Stem stem, in
 }
 
 Tensor ResNet::forward(const Tensor& x) {
-  Tensor y = bn1->forward_add_relu(conv1->forward(x));
-  if (maxpool) y = maxpool->forward(y);
-  for (auto& stage : layers) y = stage->forward(y);
-  y = avgpool->forward(y).flatten(1);
-  return fc->forward(y);
+  Tensor y = bn1->forward_add_relu((*conv1)(x));
+  if (maxpool) y = (*maxpool)(y);
+  for (auto& stage : layers) y = (*stage)(y);
+  y = (*avgpool)(y).flatten(1);
+  return (*fc)(y);
 }
 
 std::shared_ptr<ResNet> resnet18(ResNetOptions o) {
