@@ -146,6 +146,9 @@ void GradScaler::unscale_(optim::Optimizer& opt) {
   DDP_CHECK(state.stage != Stage::kStepped,
             "GradScaler.unscale_: called after step() on this {} optimizer; call update() first",
             opt.name());
+  // Note [Deferred optimizer steps]: gradients still being averaged are
+  // waited for before they are read.
+  opt.synchronize();
   std::map<std::string, Tensors> by_device;  // by Device::str(), in a fixed order
   for (const optim::ParamGroup& group : opt.param_groups()) {
     for (const Tensor& p : group.params) {

@@ -48,7 +48,29 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr
   state_.resize(seen.size());
 }
 
+namespace {
+
+// zero_grad's work on one parameter.
+void clear_grad(Tensor& p, bool set_to_none) {
+  Tensor g = p.grad();
+  if (!g.defined()) return;
+  if (set_to_none)
+    p.set_grad(Tensor());
+  else
+    g.zero_();
+}
+
+}  // namespace
+
+Optimizer::~Optimizer() {
+  if (deferral_ && deferral_->on_destroy) deferral_->on_destroy();
+}
+
 void Optimizer::step() {
+  if (deferral_) {
+    deferral_->step();  // Note [Deferred optimizer steps]
+    return;
+  }
   found_inf_ = Tensor();
   step_groups();
 }
@@ -61,6 +83,7 @@ void Optimizer::step(const Tensor& found_inf) {
   DDP_CHECK(found_inf.defined() && found_inf.dim() == 0 && found_inf.dtype() == DType::f32,
             "{}.step(found_inf): found_inf must be a 0-dim f32 tensor, got {}", name_,
             found_inf.defined() ? found_inf.describe() : "an undefined tensor");
+  synchronize();  // a step skipped on the device cannot wait: it is applied now
   found_inf_ = found_inf;
   try {
     step_groups();
@@ -71,7 +94,10 @@ void Optimizer::step(const Tensor& found_inf) {
   found_inf_ = Tensor();
 }
 
-void Optimizer::step_groups() {
+void Optimizer::step_groups() { step_selected({}); }
+
+// Every parameter when `selected` is empty, else those whose entry is set.
+void Optimizer::step_selected(const std::vector<char>& selected) {
   NoGradGuard no_grad;
   size_t i = 0;
   for (const ParamGroup& group : groups_) {
@@ -79,7 +105,7 @@ void Optimizer::step_groups() {
     std::vector<TensorDict*> states;
     for (const Tensor& p : group.params) {
       Tensor grad = p.grad();
-      if (grad.defined()) {
+      if (grad.defined() && (selected.empty() || selected[i])) {
         params.push_back(p);
         grads.push_back(grad);
         states.push_back(&state_[i]);
@@ -91,22 +117,96 @@ void Optimizer::step_groups() {
 }
 
 void Optimizer::zero_grad(bool set_to_none) {
-  NoGradGuard no_grad;
-  for (ParamGroup& group : groups_) {
-    for (Tensor& p : group.params) {
-      Tensor g = p.grad();
-      if (!g.defined()) continue;
-      if (set_to_none)
-        p.set_grad(Tensor());
-      else
-        g.zero_();
-    }
+  if (deferral_) {
+    deferral_->zero_grad(set_to_none);  // Note [Deferred optimizer steps]
+    return;
   }
+  NoGradGuard no_grad;
+  for (ParamGroup& group : groups_)
+    for (Tensor& p : group.params) clear_grad(p, set_to_none);
 }
 
 // ---- state dicts ----------------------------------------------------------------
 
+// ---- Note [Deferred optimizer steps] ------------------------------------------
+
+void Optimizer::set_deferral(std::shared_ptr<Deferral> deferral) {
+  DDP_CHECK_T(ValueError, !deferral || !deferral_ || deferral_ == deferral,
+              "{}: its steps are already deferred by another engine (one "
+              "DistributedDataParallel::overlap_step per optimizer)",
+              name_);
+  DDP_CHECK_T(ValueError,
+              !deferral || (deferral->step && deferral->zero_grad && deferral->synchronize),
+              "{}.set_deferral: step, zero_grad and synchronize must all be set", name_);
+  deferral_ = std::move(deferral);
+}
+
+void Optimizer::synchronize() const {
+  if (deferral_) deferral_->synchronize();
+}
+
+std::vector<Optimizer::GroupHyper> Optimizer::group_hyperparameters() const {
+  std::vector<GroupHyper> out;
+  for (const ParamGroup& g : groups_) out.push_back({*g.lr, *g.weight_decay});
+  return out;
+}
+
+int64_t Optimizer::parameter_number(const Tensor& p) const {
+  int64_t i = 0;
+  for (const ParamGroup& g : groups_)
+    for (const Tensor& q : g.params) {
+      if (q.impl() == p.impl()) return i;
+      ++i;
+    }
+  return -1;
+}
+
+void Optimizer::step_parameters(const std::vector<size_t>& numbers,
+                                const std::vector<GroupHyper>& hyper) {
+  DDP_CHECK(hyper.size() == groups_.size(),
+            "{}.step_parameters: {} hyperparameter sets for {} groups", name_, hyper.size(),
+            groups_.size());
+  std::vector<char> selected(state_.size(), 0);
+  for (size_t n : numbers) {
+    DDP_CHECK(n < state_.size(), "{}.step_parameters: parameter {} of {}", name_, n,
+              state_.size());
+    selected[n] = 1;
+  }
+  if (numbers.empty()) return;
+  // The groups' current values (a scheduler may have moved them since the
+  // step was recorded) are put back afterwards.
+  const std::vector<GroupHyper> now = group_hyperparameters();
+  auto set_hyper = [this](const std::vector<GroupHyper>& h) {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      groups_[g].lr = h[g].lr;
+      groups_[g].weight_decay = h[g].weight_decay;
+    }
+  };
+  set_hyper(hyper);
+  found_inf_ = Tensor();
+  try {
+    step_selected(selected);
+  } catch (...) {
+    set_hyper(now);
+    throw;
+  }
+  set_hyper(now);
+}
+
+void Optimizer::zero_grad_parameters(const std::vector<size_t>& numbers, bool set_to_none) {
+  NoGradGuard no_grad;
+  std::vector<Tensor*> by_number;
+  for (ParamGroup& g : groups_)
+    for (Tensor& p : g.params) by_number.push_back(&p);
+  for (size_t n : numbers) {
+    DDP_CHECK(n < by_number.size(), "{}.zero_grad_parameters: parameter {} of {}", name_, n,
+              by_number.size());
+    clear_grad(*by_number[n], set_to_none);
+  }
+}
+
 TensorDict Optimizer::state_dict() const {
+  synchronize();
   TensorDict out;
   for (size_t i = 0; i < state_.size(); ++i)
     for (const auto& [name, t] : state_[i]) out.insert(fmt::format("state.{}.{}", i, name), t);
@@ -144,6 +244,7 @@ bool same_values(const Tensor& a, const Tensor& b) {
 }  // namespace
 
 void Optimizer::load_state_dict(const TensorDict& dict) {
+  synchronize();
   const std::string who = name_ + ".load_state_dict";
   // Sort the keys into per-parameter state and per-group options.
   std::map<size_t, TensorDict> state, groups;

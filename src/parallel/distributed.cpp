@@ -93,6 +93,7 @@ std::unique_ptr<Reducer> DistributedDataParallelBase::make_reducer(
 void DistributedDataParallelBase::reset_group(std::shared_ptr<dist::ProcessGroup> group,
                                               bool keep_comm_hook) {
   DDP_CHECK(group != nullptr, "DistributedDataParallel::reset_group: no process group given");
+  refuse_with_overlap("reset_group");
   DDP_CHECK(join_ == nullptr,
             "DistributedDataParallel::reset_group: not inside a Join scope (its collectives "
             "count the old group's ranks)");
@@ -108,7 +109,7 @@ void DistributedDataParallelBase::reset_group(std::shared_ptr<dist::ProcessGroup
   if (!keep_comm_hook) comm_hook_ = nullptr;
 }
 
-DistributedDataParallelBase::~DistributedDataParallelBase() = default;
+DistributedDataParallelBase::~DistributedDataParallelBase() { overlap_detach(); }
 
 // Every rank sends its parameter list (names, shapes, dtypes) to every rank,
 // and every rank compares them with rank 0's, so all ranks raise the same
@@ -175,6 +176,9 @@ void DistributedDataParallelBase::broadcast_from(const Tensors& tensors, int roo
 
 void DistributedDataParallelBase::pre_forward() {
   for (const auto& hook : forward_pre_hooks_) hook();
+  // Note [Overlapped step]: a bucket rebuild moves parameters between
+  // buckets, so what is pending is applied first (once, at the second forward).
+  if (overlap_ && reducer_->rebuild_due()) synchronize_step();
   if (!autograd::grad_enabled()) return;
   int buffer_root = 0;
   if (join_) {
@@ -197,6 +201,9 @@ void DistributedDataParallelBase::pre_forward() {
 }
 
 void DistributedDataParallelBase::post_forward(const Tensors& outputs) {
+  // Note [Overlapped step]: parameters this forward did not use are stepped
+  // now, before the next backward reuses the buckets.
+  if (overlap_) overlap_apply_all();
   if (autograd::grad_enabled() && sync_) reducer_->prepare_for_backward(outputs);
 }
 
@@ -204,6 +211,8 @@ void DistributedDataParallelBase::post_forward(const Tensors& outputs) {
 
 void DistributedDataParallelBase::set_join_context(Join* join) {
   join_ = join;
+  // Note [Overlapped step]: a Join scope keeps the plain launch order.
+  if (overlap_) overlap_follow_join(join != nullptr);
   if (join == nullptr) {
     reducer_->set_grad_scale(1.0);
     reducer_->set_launch_at_end(false);

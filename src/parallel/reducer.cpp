@@ -230,7 +230,9 @@ void Reducer::wait_launched_or_detach() {
 }
 
 void Reducer::prepare_for_backward(const Tensors& outputs) {
+  finish_all();  // Note [Overlapped step]: the buffers are about to be reused
   check_previous_iteration();
+  launched_this_backward_ = 0;
   std::fill(ready_.begin(), ready_.end(), 0);
   std::fill(used_.begin(), used_.end(), 0);
   for (auto& b : buckets_) {
@@ -350,28 +352,31 @@ void Reducer::mark_ready(size_t i, bool from_hook) {
   }
 }
 
-// Note [Launch order]
+// Note [Launch order]; the held-back tail of Note [Overlapped step] goes
+// out at the end of backward (launch_held_back).
 void Reducer::launch_ready_buckets() {
-  while (next_launch_ < buckets_.size() && buckets_[next_launch_]->pending == 0) {
-    Bucket& b = *buckets_[next_launch_];
-    GradBucket view;
-    view.index = int(next_launch_);
-    view.is_last = next_launch_ + 1 == buckets_.size();
-    view.buffer = b.buffer;
-    for (size_t i : b.params) view.parameters.push_back(params_[i]);
-    view.gradients = b.views;
-    b.timing.launched = BucketTiming::Clock::now();
-    if (next_launch_ == 0) ++launched_iterations_;  // buckets launch in order from 0
-    // Note [Desync report]: the flight recorder names the bucket.
-    dist::CollectiveTag tag(fmt::format("ddp bucket {} of {}, iteration {}", next_launch_ + 1,
-                                        buckets_.size(), launched_iterations_));
-    b.work = hook_ ? hook_(*group_, view) : allreduce_hook(*group_, view);
-    b.launched = true;
-    DDP_CHECK(b.work.work != nullptr,
-              "DistributedDataParallel: the communication hook returned no work for bucket {}",
-              next_launch_);
-    ++next_launch_;
-  }
+  const size_t until = buckets_.size() - held_back();
+  while (next_launch_ < until && buckets_[next_launch_]->pending == 0) launch_bucket(next_launch_++);
+}
+
+void Reducer::launch_bucket(size_t index) {
+  Bucket& b = *buckets_[index];
+  GradBucket view;
+  view.index = int(index);
+  view.is_last = index + 1 == buckets_.size();
+  view.buffer = b.buffer;
+  for (size_t i : b.params) view.parameters.push_back(params_[i]);
+  view.gradients = b.views;
+  b.timing.launched = BucketTiming::Clock::now();
+  if (launched_this_backward_++ == 0) ++launched_iterations_;
+  // Note [Desync report]: the flight recorder names the bucket.
+  dist::CollectiveTag tag(fmt::format("ddp bucket {} of {}, iteration {}", index + 1,
+                                      buckets_.size(), launched_iterations_));
+  b.work = hook_ ? hook_(*group_, view) : allreduce_hook(*group_, view);
+  b.launched = true;
+  DDP_CHECK(b.work.work != nullptr,
+            "DistributedDataParallel: the communication hook returned no work for bucket {}",
+            index);
 }
 
 std::vector<size_t> Reducer::unready_params() const {
@@ -406,6 +411,7 @@ void Reducer::finalize_backward() {
     }
   }
   launch_ready_buckets();  // those held back by set_launch_at_end
+  launch_held_back();      // Note [Overlapped step]
   if (next_launch_ < buckets_.size()) {
     // Note [Unused parameters]: without the option this is an error, raised
     // by the next forward; first let the buckets in flight finish.
@@ -417,6 +423,10 @@ void Reducer::finalize_backward() {
         "of forward must take part in the loss, or construct DistributedDataParallel with "
         "find_unused_parameters = true (or static_graph = true).",
         group_->rank(), missing.size(), list_names(names_, missing));
+    return;
+  }
+  if (overlap_this_backward()) {
+    begin_overlap();  // Note [Overlapped step]: the buckets finish in the next forward
     return;
   }
   // Note [Bucket errors]
@@ -487,27 +497,29 @@ void Reducer::finalize_backward() {
 // separate tensor it gets one copy. A parameter no rank used keeps the .grad
 // it had (restored if the bucket averaged it) or none.
 void Reducer::copy_back_to_grads(const std::vector<char>& globally_used) {
-  NoGradGuard no_grad;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    const Locator& at = locate_[i];
-    const Tensor& view = buckets_[at.bucket]->views[at.slot];
-    Tensor g = params_[i].grad();
-    if (!globally_used[i]) {
-      if (g.defined() && saved_unused_grads_[i].defined() && g.data_ptr() == view.data_ptr())
-        g.copy_(saved_unused_grads_[i]);
-      continue;
-    }
-    if (options_.gradient_as_bucket_view) {
-      if (!g.defined()) params_[i].set_grad(view);
-    } else if (g.defined()) {
-      g.copy_(view);
-      ++grad_copies_;
-    } else {
-      params_[i].set_grad(view.clone());
-      ++grad_copies_;
-    }
-  }
+  for (size_t i = 0; i < params_.size(); ++i) copy_back_param(i, globally_used[i]);
   saved_unused_grads_.assign(params_.size(), Tensor());
+}
+
+void Reducer::copy_back_param(size_t i, bool globally_used) {
+  NoGradGuard no_grad;
+  const Locator& at = locate_[i];
+  const Tensor& view = buckets_[at.bucket]->views[at.slot];
+  Tensor g = params_[i].grad();
+  if (!globally_used) {
+    if (g.defined() && saved_unused_grads_[i].defined() && g.data_ptr() == view.data_ptr())
+      g.copy_(saved_unused_grads_[i]);
+    return;
+  }
+  if (options_.gradient_as_bucket_view) {
+    if (!g.defined()) params_[i].set_grad(view);
+  } else if (g.defined()) {
+    g.copy_(view);
+    ++grad_copies_;
+  } else {
+    params_[i].set_grad(view.clone());
+    ++grad_copies_;
+  }
 }
 
 // See Note [Bucket errors].

@@ -21,6 +21,7 @@ struct Reducer::Bucket {
   Tensors views;                // by slot: the .grad of params[slot]
   size_t pending = 0;           // gradients not yet ready in this pass
   bool launched = false;
+  bool finished = true;         // Note [Overlapped step]: false while in flight after backward
   BucketWork work;
   BucketTiming timing;
 };

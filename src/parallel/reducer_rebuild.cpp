@@ -38,6 +38,7 @@ void Reducer::rebuild_buckets(const std::vector<std::vector<size_t>>& assignment
   DDP_CHECK_T(ValueError, listed == params_.size(),
               "Reducer::rebuild_buckets: the assignment lists {} of {} parameters", listed,
               params_.size());
+  finish_all();  // Note [Overlapped step]
   wait_launched_or_detach();
   install_buckets(assignment);
   rebuilt_ = true;
@@ -60,6 +61,7 @@ void Reducer::register_comm_hook(CommHook hook) {
 
 // Note [Rebuilding buckets]
 void Reducer::rebuild_from_rank0_order() {
+  finish_all();  // Note [Overlapped step]
   rebuild_due_ = false;
   std::vector<int64_t> order;
   std::vector<char> listed(params_.size(), 0);

@@ -34,6 +34,8 @@
 // are matched by number, as in torch) and overwrites its options with the
 // saved ones, as torch does.
 
+#include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -54,7 +56,7 @@ struct ParamGroup {
 
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
+  virtual ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
@@ -98,6 +100,48 @@ class Optimizer {
   // ranks (a collective); the default returns it as it is.
   virtual bool found_inf_anywhere(bool local_found_inf) { return local_found_inf; }
 
+  // ---- Note [Deferred optimizer steps] ---------------------------------------
+  // An engine that applies the step later, a part of the parameters at a
+  // time (DistributedDataParallel::overlap_step: each layer's parameters
+  // just before the next forward uses them), takes over step() and
+  // zero_grad(): with a Deferral installed, step() records the step (and
+  // each group's lr and weight_decay at that moment, so that a scheduler
+  // stepped afterwards changes the next step only), zero_grad() records the
+  // clearing, and the engine applies both through step_parameters() and
+  // zero_grad_parameters(). Whatever reads the optimizer's state first calls
+  // synchronize, which applies everything recorded: state_dict(),
+  // load_state_dict(), step(found_inf) (which then steps at once), and
+  // amp::GradScaler before it reads the gradients. The update of every
+  // element is the same as step()'s: SGD and AdamW update each parameter on
+  // its own (Note [Fused optimizer steps]).
+  struct Deferral {
+    std::function<void()> step;
+    std::function<void(bool set_to_none)> zero_grad;
+    std::function<void()> synchronize;
+    // Optional: told when the optimizer is destroyed first.
+    std::function<void()> on_destroy;
+  };
+  // Installs (or, with nullptr, removes) the engine's deferral. ValueError
+  // when one is installed already and `deferral` is another.
+  void set_deferral(std::shared_ptr<Deferral> deferral);
+  bool has_deferral() const { return deferral_ != nullptr; }
+  // Runs the deferral's synchronize (nothing without one).
+  void synchronize() const;
+  // The lr and weight_decay of each group, as step() would use them now.
+  struct GroupHyper {
+    double lr = 0, weight_decay = 0;
+  };
+  std::vector<GroupHyper> group_hyperparameters() const;
+  // step() for the parameters numbered `numbers` (across groups, as in
+  // state_dict) that have a gradient, with each group's lr and
+  // weight_decay taken from `hyper` (one per group). The engine's part.
+  void step_parameters(const std::vector<size_t>& numbers, const std::vector<GroupHyper>& hyper);
+  // zero_grad() for the parameters numbered `numbers`.
+  void zero_grad_parameters(const std::vector<size_t>& numbers, bool set_to_none);
+  // The number of parameter p in this optimizer (state_dict's numbering),
+  // or -1 when p is not one of its parameters.
+  int64_t parameter_number(const Tensor& p) const;
+
  protected:
   // Validates the groups: each non-empty, lr >= 0 and weight_decay >= 0
   // (after filling in the defaults), every parameter a floating leaf that
@@ -125,10 +169,12 @@ class Optimizer {
 
  private:
   void step_groups();
+  void step_selected(const std::vector<char>& selected);
   Tensor found_inf_;
   std::string name_;
   std::vector<ParamGroup> groups_;
   std::vector<TensorDict> state_;  // by parameter number
+  std::shared_ptr<Deferral> deferral_;  // Note [Deferred optimizer steps]
 };
 
 // Groups from a flat parameter list: one group with the defaults.

@@ -32,6 +32,7 @@
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/dist/process_group.h"
 #include "ddp/nn/module.h"
+#include "ddp/optim/optimizer.h"
 #include "ddp/parallel/bucket_tuner.h"
 #include "ddp/parallel/comm_hooks.h"
 #include "ddp/parallel/join.h"
@@ -95,8 +96,10 @@ class DistributedDataParallelBase {
   const DDPOptions& options() const { return options_; }
 
   // Replaces the default averaging allreduce (comm_hooks.h). Call it before
-  // the first backward, with the same hook on every rank.
+  // the first backward, with the same hook on every rank. Not with
+  // overlap_step (ValueError).
   void register_comm_hook(CommHook hook) {
+    refuse_with_overlap("register_comm_hook");
     reducer_->register_comm_hook(hook);
     comm_hook_ = std::move(hook);
   }
@@ -121,6 +124,32 @@ class DistributedDataParallelBase {
     forward_pre_hooks_.push_back(std::move(fn));
   }
   bool has_forward_pre_hooks() const { return !forward_pre_hooks_.empty(); }
+
+  // ---- Note [Overlapped step] (reducer.h; docs/ddp.md) -----------------------
+  // Applies `optimizer`'s steps one bucket at a time, each just before the
+  // next forward runs the first layer that owns a parameter of it, so that
+  // backward returns without waiting for the gradients' communication and
+  // the next forward overlaps what is still in flight:
+  //   ddp.overlap_step(opt, /*priority_buckets=*/4);
+  //   for (...) { loss(ddp(x), y).backward(); opt.step(); opt.zero_grad(); }
+  // opt.step() and opt.zero_grad() record what to do (Note [Deferred
+  // optimizer steps]); every element gets the update plain DDP gives it.
+  // The last priority_buckets buckets of backward (the first layers') are
+  // launched at its end, first layers first. Every optimizer parameter
+  // must be a trainable parameter of the module. Call it before the first
+  // forward, on every rank alike. ValueError: called twice, a comm hook
+  // (PowerSGD, ZeRO-1) registered, fault_tolerant or auto_bucket_size on,
+  // a parameter of the optimizer outside the module, priority_buckets < 1,
+  // or the optimizer's steps already deferred by another DDP.
+  void overlap_step(optim::Optimizer& optimizer, int priority_buckets = 1);
+  bool overlaps_step() const { return overlap_ != nullptr; }
+  // Completes what the overlapped step left: waits for the last backward's
+  // buckets (its .grad are then final) and applies a recorded step and
+  // zero_grad. Call it before reading gradients (clip_grad_norm_) or
+  // parameters outside a forward (evaluation through another path,
+  // model->state_dict(), a checkpoint); the optimizer's state_dict() and
+  // amp::GradScaler call it themselves. A no-op without overlap_step.
+  void synchronize_step();
 
   // Gradient accumulation: backward passes whose forward ran inside the
   // scope only accumulate into .grad locally; the first backward after it
@@ -186,6 +215,15 @@ class DistributedDataParallelBase {
   void post_forward(const Tensors& outputs);
 
  private:
+  struct OverlapState;  // Note [Overlapped step]: overlap_step.cpp
+  void refuse_with_overlap(const char* what) const;
+  void overlap_apply_bucket(size_t bucket);
+  void overlap_apply_all();
+  void overlap_record_step();
+  void overlap_record_zero_grad(bool set_to_none);
+  void overlap_detach();
+  void overlap_follow_join(bool in_join);
+
   void verify_same_model_on_all_ranks();
   std::unique_ptr<Reducer> make_reducer(std::shared_ptr<dist::ProcessGroup> group) const;
   Tensors tuner_params() const;  // the trainable parameters
@@ -200,6 +238,7 @@ class DistributedDataParallelBase {
   CommHook comm_hook_;                      // re-registered by reset_group
   Tensors buffers_;
   std::vector<std::function<void()>> forward_pre_hooks_;
+  std::shared_ptr<OverlapState> overlap_;  // shared_ptr: the type is private to overlap_step.cpp
   bool sync_ = true;
   Join* join_ = nullptr;
   // Note [Join]: SyncBatchNorm's collectives in this rank's iteration.

@@ -65,6 +65,28 @@
 // parameters ready at the first hook, with no walk and no flags allreduce.
 // A remembered parameter that does get a gradient is an error naming it.
 //
+// Note [Overlapped step]
+// With overlap on (DistributedDataParallel::overlap_step), a synchronised
+// backward does not wait for its buckets: the end-of-backward callback
+// launches what is left and returns, and each bucket is finished (waited
+// for, its errors checked, its .grad made the average) by finish_bucket()
+// when the layer that owns its parameters is about to run in the next
+// forward, where DDP applies the optimizer step to those parameters; the
+// communication of the other buckets goes on behind that forward. Because
+// the next forward needs the first layers first, and those are in the last
+// buckets of backward, the last `priority_buckets` buckets are held back
+// during backward and launched at its end in reverse order, first layers
+// first: their collectives are not queued behind the earlier buckets'
+// remaining traffic. The launch order depends only on the bucket plan, so
+// it is the same on every rank (collectives match by order). What needs
+// every bucket at the end of backward keeps the synchronous path for that
+// backward: the used-flags allreduce (find_unused_parameters, and the first
+// iteration of static_graph) and a Join scope (whose shadows launch in
+// bucket order). A bucket that failed raises its error from finish_bucket,
+// after every .grad was cleared (Note [Bucket errors]); buckets stepped
+// before it stay stepped, so a failure can leave a step half-applied
+// (overlap is not offered with fault_tolerant).
+//
 // Note [Gradient as bucket view]
 // With gradient_as_bucket_view (the default) each .grad is a view into its
 // bucket, so autograd accumulates straight into the bucket: with
@@ -165,6 +187,22 @@ class Reducer {
   // so that the backward's collectives come in a fixed order (Note [Join]).
   void set_launch_at_end(bool on) { launch_at_end_ = on; }
 
+  // ---- Note [Overlapped step] ------------------------------------------------
+  // Between iterations. priority_buckets >= 1 (1: the plain launch order).
+  void set_overlap(bool on, int priority_buckets = 1);
+  bool overlap() const { return overlap_; }
+  // Whether a synchronised backward left buckets to finish.
+  bool overlap_pending() const { return overlap_pending_; }
+  // Finishes bucket b of the last synchronised backward: waits for it and
+  // makes its parameters' .grad the average. A no-op when nothing is
+  // pending or b is finished. Raises the bucket's error (every .grad
+  // cleared first).
+  void finish_bucket(size_t b);
+  void finish_all();
+  // The bucket parameter i (an index into params) is in.
+  size_t bucket_of(size_t i) const { return locate_.at(i).bucket; }
+  const std::vector<size_t>& bucket_members(size_t b) const;
+
   // ---- introspection (tests, benchmarks) -----------------------------------
   size_t num_buckets() const { return buckets_.size(); }
   // Parameter indices of each bucket, in launch order.
@@ -205,6 +243,14 @@ class Reducer {
   void mark_unused_now();
   void copy_back_to_grads(const std::vector<char>& globally_used);
   void detach_failed_buffers();
+  void launch_bucket(size_t b);
+  size_t held_back() const;  // Note [Overlapped step]
+  void launch_held_back();
+  bool overlap_this_backward() const;
+  void begin_overlap();
+  void complete_overlap();
+  void abandon_overlap(int failed_bucket);
+  void copy_back_param(size_t i, bool globally_used);
 
   Tensors params_;
   std::vector<std::string> names_;
@@ -250,6 +296,13 @@ class Reducer {
   double grad_scale_ = 1.0;
   bool launch_at_end_ = false;
   std::vector<Tensor> abandoned_;  // buffers a failed collective may still write
+  // ---- Note [Overlapped step] ----
+  bool overlap_ = false;
+  int priority_buckets_ = 1;
+  bool overlap_pending_ = false;
+  size_t finished_buckets_ = 0;
+  std::vector<char> overlap_used_;  // by parameter: globally used in that backward
+  size_t launched_this_backward_ = 0;
 };
 
 }  // namespace ddp::parallel

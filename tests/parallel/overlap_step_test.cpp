@@ -1,0 +1,361 @@
+// DistributedDataParallel::overlap_step (Note [Overlapped step] in
+// reducer.h, Note [Deferred optimizer steps] in optimizer.h): f64
+// trajectories equal plain DDP's bit for bit — SGD with momentum and a
+// scheduler, AdamW, no_sync accumulation, find_unused_parameters,
+// static_graph, clipping, a GradScaler skip, a checkpoint between steps —
+// over gloo ranks (real asynchronous buckets) and thread ranks; the launch
+// order with priority buckets; a failed bucket; the bad inputs.
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ddp/amp/grad_scaler.h"
+#include "ddp/config.h"
+#include "ddp/dist/process_group_gloo.h"
+#include "ddp/nn/container.h"
+#include "ddp/nn/linear.h"
+#include "ddp/optim/adamw.h"
+#include "ddp/optim/clip_grad.h"
+#include "ddp/optim/lr_scheduler.h"
+#include "ddp/optim/sgd.h"
+#include "ddp/parallel/distributed.h"
+#include "ddp/tensor/generator.h"
+#include "ddp/tensor/ops.h"
+#include "dist/store_test_util.h"
+#include "parallel/thread_group.h"
+#include "parallel/world_of_one.h"
+
+using namespace ddp;
+using namespace ddp::parallel;
+using ddp::test::on_every_rank;
+using ddp::test::thread_groups;
+
+namespace {
+
+// Four layers, each parameter in a bucket of its own (bucket_cap_mb tiny),
+// so that eight buckets finish and step one at a time.
+std::shared_ptr<nn::Sequential> make_mlp() {
+  // The default generator is global: ranks that are threads take turns, so
+  // every model (and rank 0's, which DDP broadcasts) starts the same.
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  manual_seed(21);
+  auto m = std::make_shared<nn::Sequential>(std::initializer_list<std::shared_ptr<nn::UnaryModule>>{
+      std::make_shared<nn::Linear>(6, 12),
+      std::make_shared<nn::Functional>([](const Tensor& x) { return tanh(x); }, "Tanh"),
+      std::make_shared<nn::Linear>(12, 12),
+      std::make_shared<nn::Functional>([](const Tensor& x) { return tanh(x); }, "Tanh"),
+      std::make_shared<nn::Linear>(12, 8), std::make_shared<nn::Linear>(8, 3)});
+  m->to(DType::f64);
+  return m;
+}
+
+Tensor batch(int rank, int step, int micro = 0) {
+  Generator g(uint64_t(1000 + 97 * rank + 13 * step + micro));
+  return randn({5, 6}, TensorOptions(DType::f64), &g);
+}
+
+std::vector<std::vector<double>> values(const Tensors& ts) {
+  std::vector<std::vector<double>> out;
+  for (const Tensor& t : ts) out.push_back(t.to_vector<double>());
+  return out;
+}
+
+std::vector<std::vector<double>> values(const TensorDict& d) {
+  std::vector<std::vector<double>> out;
+  for (const auto& [k, t] : d) out.push_back(t.to_vector<double>());
+  return out;
+}
+
+struct Run {
+  std::vector<std::vector<std::vector<double>>> params_per_step;  // rank 0's, after each step
+  std::vector<std::vector<double>> final_params, opt_state;
+  bool pending_after_backward = false;  // a synchronised backward left buckets in flight
+};
+
+enum class Opt { kSgd, kAdamW };
+
+struct Recipe {
+  Opt opt = Opt::kSgd;
+  int steps = 5;
+  int micro = 1;              // micro-batches per step; all but the last under no_sync
+  bool clip = false;          // clip_grad_norm_ to 0.5 (overlap: after synchronize_step)
+  bool scheduler = true;      // StepLR(1, 0.7): every step has its own lr
+  int nan_step = -1;          // rank 1's input is NaN at this step: a GradScaler skip
+  bool grad_scaler = false;
+  DDPOptions ddp = {.bucket_cap_mb = 1e-6, .broadcast_buffers = false};
+};
+
+// One rank's training loop, in the order a PyTorch user writes it.
+Run train(std::shared_ptr<dist::ProcessGroup> group, const Recipe& r, bool overlap,
+          int priority_buckets) {
+  auto model = make_mlp();
+  DistributedDataParallel<nn::Sequential> ddp(model, group, r.ddp);
+  std::unique_ptr<optim::Optimizer> opt;
+  if (r.opt == Opt::kSgd)
+    opt = std::make_unique<optim::SGD>(model->parameters(), 0.1,
+                                       optim::SGDOptions{.momentum = 0.9, .weight_decay = 1e-3});
+  else
+    opt = std::make_unique<optim::AdamW>(model->parameters(), 0.01);
+  optim::StepLR sched(*opt, 1, 0.7);
+  amp::GradScaler scaler({.init_scale = 1024.0, .enabled = r.grad_scaler});
+  if (overlap) ddp.overlap_step(*opt, priority_buckets);
+  Run run;
+  for (int step = 0; step < r.steps; ++step) {
+    for (int m = 0; m < r.micro; ++m) {
+      Tensor x = batch(group->rank(), step, m);
+      if (step == r.nan_step && group->rank() == 1) x = mul(x, Tensor::scalar(NAN, DType::f64));
+      auto body = [&] {
+        Tensor y = ddp(x);
+        Tensor loss = sum(mul(y, y));
+        (r.grad_scaler ? scaler.scale(loss) : loss).backward();
+      };
+      if (m + 1 < r.micro) {
+        auto guard = ddp.no_sync();
+        body();
+      } else {
+        body();
+      }
+    }
+    run.pending_after_backward = run.pending_after_backward || ddp.reducer().overlap_pending();
+    if (r.clip) {
+      ddp.synchronize_step();  // the gradients are read: they must be final
+      optim::clip_grad_norm_(model->parameters(), 0.5);
+    }
+    if (r.grad_scaler) {
+      scaler.step(*opt);
+      scaler.update();
+    } else {
+      opt->step();
+    }
+    if (r.scheduler) sched.step();
+    opt->zero_grad();
+    if (group->rank() == 0) {
+      ddp.synchronize_step();  // read the parameters: what the step gave them
+      run.params_per_step.push_back(values(model->parameters()));
+    }
+  }
+  run.opt_state = values(opt->state_dict());  // synchronises by itself
+  run.final_params = values(model->parameters());
+  return run;
+}
+
+// The same recipe on `make_groups()` ranks, plain and overlapped.
+void expect_same_trajectory(const std::function<std::vector<std::shared_ptr<dist::ProcessGroup>>()>& make_groups,
+                            const Recipe& recipe, int priority_buckets, bool expect_pending) {
+  std::vector<Run> plain, over;
+  for (bool overlap : {false, true}) {
+    auto groups = make_groups();
+    std::vector<Run> runs(groups.size());
+    std::mutex mu;
+    std::vector<std::string> errors;
+    on_every_rank(int(groups.size()), [&](int rank) {
+      try {
+        runs[size_t(rank)] = train(groups[size_t(rank)], recipe, overlap, priority_buckets);
+      } catch (const std::exception& e) {
+        std::lock_guard<std::mutex> lk(mu);
+        errors.push_back(fmt::format("rank {}: {}", rank, e.what()));
+      }
+    });
+    ASSERT_TRUE(errors.empty()) << errors.front();
+    (overlap ? over : plain) = std::move(runs);
+  }
+  ASSERT_EQ(plain[0].params_per_step.size(), over[0].params_per_step.size());
+  for (size_t s = 0; s < plain[0].params_per_step.size(); ++s)
+    EXPECT_EQ(plain[0].params_per_step[s], over[0].params_per_step[s]) << "after step " << s;
+  for (size_t r = 0; r < plain.size(); ++r) {
+    EXPECT_EQ(plain[r].final_params, over[r].final_params) << "rank " << r;
+    EXPECT_EQ(plain[r].opt_state, over[r].opt_state) << "rank " << r;
+    EXPECT_EQ(over[r].final_params, over[0].final_params) << "rank " << r << " differs from rank 0";
+    EXPECT_FALSE(plain[r].pending_after_backward);
+    if (expect_pending) EXPECT_TRUE(over[r].pending_after_backward) << "rank " << r;
+  }
+}
+
+std::vector<std::shared_ptr<dist::ProcessGroup>> threads2() {
+  std::vector<std::shared_ptr<dist::ProcessGroup>> out;
+  for (auto& g : thread_groups(2)) out.push_back(g);
+  return out;
+}
+
+#if DDP_HAVE_GLOO
+// Gloo ranks as threads over one TCPStore: collectives complete on gloo's
+// own threads, so a backward really returns with buckets in flight.
+std::vector<std::shared_ptr<dist::ProcessGroup>> gloo(int world) {
+  auto server =
+      std::make_shared<dist::TCPStore>(dist::test::server_options(std::chrono::seconds(30)));
+  std::vector<std::shared_ptr<dist::ProcessGroup>> out(static_cast<size_t>(world));
+  on_every_rank(world, [&](int rank) {
+    std::shared_ptr<dist::Store> store = server;
+    if (rank > 0)
+      store = std::make_shared<dist::TCPStore>(
+          dist::test::client_options(server->port(), std::chrono::seconds(30)));
+    out[size_t(rank)] = dist::ProcessGroupGloo::create(store, rank, world);
+  });
+  return out;
+}
+
+TEST(OverlapStep, GlooSgdWithSchedulerEqualsPlainDdpBitForBit) {
+  for (int priority : {1, 3, 100})
+    expect_same_trajectory([] { return gloo(2); }, Recipe{}, priority, /*expect_pending=*/true);
+}
+
+TEST(OverlapStep, GlooThreeRanksAdamWEqualsPlainDdp) {
+  expect_same_trajectory([] { return gloo(3); }, Recipe{.opt = Opt::kAdamW, .steps = 4}, 4, true);
+}
+#endif
+
+TEST(OverlapStep, NoSyncAccumulationAndAdamWEqualPlainDdp) {
+  expect_same_trajectory(threads2, Recipe{.opt = Opt::kAdamW, .micro = 3}, 3, true);
+}
+
+TEST(OverlapStep, ClippingAfterSynchronizeStepEqualsPlainDdp) {
+  expect_same_trajectory(threads2, Recipe{.clip = true}, 2, true);
+}
+
+TEST(OverlapStep, GradScalerSkipEqualsPlainDdp) {
+  // Step 2's gradients are NaN everywhere after the average: both skip it.
+  expect_same_trajectory(threads2, Recipe{.steps = 4, .nan_step = 2, .grad_scaler = true}, 2, true);
+}
+
+TEST(OverlapStep, FindUnusedParametersEqualsPlainDdp) {
+  Recipe unused;
+  unused.ddp.find_unused_parameters = true;  // the flags allreduce: synchronous backwards
+  expect_same_trajectory(threads2, unused, 3, /*expect_pending=*/false);
+}
+
+TEST(OverlapStep, StaticGraphEqualsPlainDdp) {
+  Recipe stat;
+  stat.ddp.static_graph = true;  // synchronous at the first backward only
+  expect_same_trajectory(threads2, stat, 3, /*expect_pending=*/true);
+}
+
+TEST(OverlapStep, GradientCopiesEqualPlainDdp) {
+  Recipe view_off;
+  view_off.ddp.gradient_as_bucket_view = false;
+  expect_same_trajectory(threads2, view_off, 3, true);
+}
+
+// Eight buckets (one per parameter, in reverse registration order); with
+// three priority buckets the last three of backward go out at its end in
+// reverse order: the first layer's weight and bias first.
+TEST(OverlapStep, PriorityBucketsLaunchFirstLayersFirst) {
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
+  auto model = make_mlp();
+  DistributedDataParallel<nn::Sequential> ddp(model, group,
+                                              {.bucket_cap_mb = 1e-6, .broadcast_buffers = false,
+                                               .rebuild_buckets = false});
+  optim::SGD opt(model->parameters(), 0.1);
+  ddp.overlap_step(opt, 3);
+  sum(ddp(batch(0, 0))).backward();
+  // Parameters by size: fc0 w 72 b 12, fc1 w 144 b 12, fc2 w 96 b 8, fc3 w 24 b 3.
+  const std::vector<int64_t> plain_order = {3, 24, 8, 96, 12, 144, 12, 72};
+  const std::vector<int64_t> overlapped = {3, 24, 8, 96, 12, 72, 12, 144};
+  EXPECT_EQ(group->allreduce_sizes, overlapped);
+  EXPECT_NE(group->allreduce_sizes, plain_order);
+  opt.step();
+  opt.zero_grad();
+  ddp.synchronize_step();
+}
+
+// A ProcessGroup of one whose n-th allreduce fails (asynchronously: the
+// error is in the Work).
+class FailingGroup : public ddp::test::WorldOfOne {
+ public:
+  explicit FailingGroup(int fail_at) : fail_at_(fail_at) {}
+
+ protected:
+  dist::WorkPtr do_allreduce(Tensors& t, dist::ReduceOp op) override {
+    if (calls_++ != fail_at_) return WorldOfOne::do_allreduce(t, op);
+    auto work = std::make_shared<dist::Work>("allreduce");
+    work->mark_completed(std::make_exception_ptr(DistNetworkError("peer lost (test)")));
+    return work;
+  }
+
+ private:
+  int fail_at_, calls_ = 0;
+};
+
+TEST(OverlapStep, AFailedBucketIsRaisedByTheNextForwardWithEveryGradCleared) {
+  auto group = std::make_shared<FailingGroup>(/*fail_at=*/10);  // bucket 2 of the second backward
+  auto model = make_mlp();
+  DistributedDataParallel<nn::Sequential> ddp(model, group,
+                                              {.bucket_cap_mb = 1e-6, .broadcast_buffers = false,
+                                               .rebuild_buckets = false});
+  optim::SGD opt(model->parameters(), 0.1);
+  ddp.overlap_step(opt, 1);
+  sum(ddp(batch(0, 0))).backward();
+  opt.step();
+  opt.zero_grad();
+  sum(ddp(batch(0, 1))).backward();  // returns: the failure is in flight
+  EXPECT_TRUE(ddp.reducer().overlap_pending());
+  opt.step();
+  try {
+    ddp(batch(0, 2));
+    ADD_FAILURE() << "the failed bucket was not raised";
+  } catch (const DistNetworkError& e) {
+    EXPECT_NE(std::string(e.what()).find("peer lost (test)"), std::string::npos) << e.what();
+  }
+  for (const Tensor& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
+  // The job can go on (the next iteration is a fresh one).
+  sum(ddp(batch(0, 3))).backward();
+  opt.step();
+  ddp.synchronize_step();
+}
+
+TEST(OverlapStep, BadInputsRaiseValueErrorAndChangeNothing) {
+  auto model = make_mlp();
+  auto make = [&](DDPOptions o = {}) {
+    return std::make_unique<DistributedDataParallel<nn::Sequential>>(model, ddp::test::solo(), o);
+  };
+  optim::SGD opt(model->parameters(), 0.1);
+  {
+    auto ddp = make();
+    EXPECT_THROW(ddp->overlap_step(opt, 0), ValueError);
+    EXPECT_FALSE(ddp->overlaps_step());
+    EXPECT_FALSE(opt.has_deferral());
+    ddp->overlap_step(opt);
+    EXPECT_THROW(ddp->overlap_step(opt), ValueError);  // twice
+    EXPECT_THROW(ddp->register_comm_hook(allreduce_hook), ValueError);
+    EXPECT_THROW(ddp->reset_group(ddp::test::solo()), ValueError);
+    auto other = make();
+    EXPECT_THROW(other->overlap_step(opt), ValueError);  // deferred by the first already
+  }
+  EXPECT_FALSE(opt.has_deferral());  // released with its DDP
+  {
+    auto ddp = make();
+    ddp->register_comm_hook(allreduce_hook);
+    EXPECT_THROW(ddp->overlap_step(opt), ValueError);
+  }
+  EXPECT_THROW(make({.auto_bucket_size = true})->overlap_step(opt), ValueError);
+  EXPECT_THROW(make({.fault_tolerant = true})->overlap_step(opt), ValueError);
+  {
+    auto stranger = std::make_shared<nn::Linear>(2, 2);
+    optim::SGD mixed({model->parameters()[0], stranger->weight}, 0.1);
+    auto ddp = make();
+    try {
+      ddp->overlap_step(mixed);
+      ADD_FAILURE() << "a parameter outside the module was accepted";
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find("not a trainable parameter of the wrapped module"),
+                std::string::npos)
+          << e.what();
+    }
+    EXPECT_FALSE(mixed.has_deferral());
+  }
+  // An optimizer destroyed before its DDP: the DDP lets go of it.
+  {
+    auto ddp = make();
+    auto short_lived = std::make_unique<optim::SGD>(model->parameters(), 0.1);
+    ddp->overlap_step(*short_lived);
+    short_lived.reset();
+  }
+}
+
+}  // namespace
