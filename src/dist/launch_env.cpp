@@ -63,11 +63,14 @@ struct Names {
   const char* local_world;
 };
 
-void validate(const LaunchEnv& e, const Names& n) {
+// `rank_is_id`: ddprun's elastic mode, where RANK is a replica id that a
+// worker joining a running job has at or above WORLD_SIZE (the founders;
+// Note [ddprun elastic] in tools/ddprun/main.cpp).
+void validate(const LaunchEnv& e, const Names& n, bool rank_is_id = false) {
   DDP_CHECK(e.world_size >= 1, "environment variable {}={} must be at least 1", n.world,
             e.world_size);
-  DDP_CHECK(e.rank < e.world_size, "environment variable {}={} is not below {}={}", n.rank, e.rank,
-            n.world, e.world_size);
+  DDP_CHECK(rank_is_id || e.rank < e.world_size, "environment variable {}={} is not below {}={}",
+            n.rank, e.rank, n.world, e.world_size);
   DDP_CHECK(e.local_world_size >= 1, "environment variable {}={} must be at least 1", n.local_world,
             e.local_world_size);
   DDP_CHECK(e.local_world_size <= e.world_size, "environment variable {}={} exceeds {}={}",
@@ -99,7 +102,8 @@ LaunchEnv from_torchrun() {
   e.master_addr = env_string("MASTER_ADDR", "");
   e.master_port = read_int("MASTER_PORT").value_or(0);
   e.restart_count = read_first({"TORCHELASTIC_RESTART_COUNT", "DDP_RESTART_COUNT"}).value_or(0);
-  validate(e, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"});
+  validate(e, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"},
+           /*rank_is_id=*/read_flag("DDP_ELASTIC", false));
   e.node_rank = read_first({"GROUP_RANK", "NODE_RANK"}).value_or(derived_node_rank(e));
   e.agent_store = read_flag("TORCHELASTIC_USE_AGENT_STORE", false);
   // Note [ddprun elastic] (tools/ddprun/main.cpp).

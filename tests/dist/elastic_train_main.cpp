@@ -2,14 +2,21 @@
 // tests/dist/ddprun_test.cpp):
 //
 //   ddprun --nproc-per-node 2:3 --master-port 0 elastic_train_main STEPS VICTIM
+//   ddprun --nnodes 1:2 ... elastic_train_main STEPS VICTIM GENERATION [launcher]
 //
 // Each worker joins the launcher's store (connect_store), builds an
 // ElasticGroup from its launch environment (replica id = RANK, founders =
-// WORLD_SIZE, DDP_ELASTIC_MIN/MAX, DDP_ELASTIC_TOKEN) and trains a small
-// model with fault-tolerant DDP for STEPS steps. The founder of rank VICTIM
-// SIGKILLs itself before step 3: the survivors heal, ddprun starts a
-// replacement in the same slot, which joins at a step boundary and receives
-// the state from a peer. Every worker that finishes prints one line with its
+// WORLD_SIZE, DDP_ELASTIC_MIN/MAX, DDP_ELASTIC_TOKEN), prints "member of
+// generation G size N" once it is in, and trains a small model with
+// fault-tolerant DDP for STEPS steps; given GENERATION, also until the
+// membership has reached that generation and run 5 steps in it, so that a
+// test can wait for a node to join or leave without a sleep. (Steps and
+// generations are the same on every member: all stop at one step.) The
+// first worker of rank
+// VICTIM SIGKILLs itself at its first step from step 3 on, or with
+// "launcher" its launcher first (the whole node is lost): the survivors
+// heal, and ddprun's replacement joins at a step boundary and receives the
+// state from a peer. Every worker that finishes prints one line with its
 // step, membership counts and a hash of its parameters' bits, which must be
 // the same on every replica. Without gloo it prints "no gloo" and exits 0.
 
@@ -41,8 +48,8 @@ using namespace ddp;
 using namespace std::chrono_literals;
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    std::fprintf(stderr, "usage: elastic_train_main STEPS VICTIM\n");
+  if (argc < 3 || argc > 5) {
+    std::fprintf(stderr, "usage: elastic_train_main STEPS VICTIM [GENERATION [launcher]]\n");
     return 2;
   }
 #if !DDP_HAVE_GLOO
@@ -51,6 +58,9 @@ int main(int argc, char** argv) {
 #else
   const int64_t steps = std::atoll(argv[1]);
   const int victim = std::atoi(argv[2]);
+  const int64_t generation = argc > 3 ? std::atoll(argv[3]) : 0;
+  const int64_t settle_steps = argc > 3 ? 5 : 0;  // in the last generation
+  const bool kill_launcher = argc > 4 && std::strcmp(argv[4], "launcher") == 0;
   try {
     const dist::LaunchEnv env = dist::detect_launch_env();
     auto store = dist::connect_store(env, 30s);
@@ -73,10 +83,21 @@ int main(int argc, char** argv) {
     parallel::DDPOptions d;
     d.fault_tolerant = true;
     parallel::DistributedDataParallel<nn::Sequential> ddp(model, elastic.group(), d);
-    elastic.on_change([&] { ddp.reset_group(elastic.group()); });
-    while (elastic.step() < steps) {
+    int64_t generation_began = elastic.step();
+    elastic.on_change([&] {
+      ddp.reset_group(elastic.group());
+      generation_began = elastic.step();
+    });
+    std::printf("member of generation %lld size %d\n", (long long)elastic.generation(),
+                elastic.size());
+    std::fflush(stdout);
+    while (elastic.step() < steps || elastic.generation() < generation ||
+           elastic.step() < generation_began + settle_steps) {
       const int64_t s = elastic.step();
-      if (env.rank == victim && env.restart_count == 0 && s == 3) std::raise(SIGKILL);
+      if (env.rank == victim && env.restart_count == 0 && s >= 3) {
+        if (kill_launcher) ::kill(::getppid(), SIGKILL);
+        std::raise(SIGKILL);
+      }
       elastic.run_step(
           [&] {
             Generator gen(1000 + 10 * uint64_t(s) + uint64_t(elastic.rank()));

@@ -1,21 +1,24 @@
 // ddprun's elastic mode: one slot per worker, the workers' store hosted by
-// the launcher, and a dead worker replaced alone. See Note [ddprun elastic]
-// in main.cpp.
+// the launcher (node 0's, across nodes), and a dead worker replaced alone.
+// See Note [ddprun elastic] in main.cpp; nodes.cpp links the launchers of
+// several nodes.
 
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "ddp/core/error.h"
 #include "ddp/dist/tcp_store.h"
 #include "launcher.h"
+#include "nodes.h"
 
 namespace ddprun {
 namespace {
@@ -23,21 +26,10 @@ namespace {
 struct Slot {
   int restarts = 0;      // replacements started in this slot
   bool lost = false;     // failed, not replaced: empty for good
-  bool excused = false;  // a replacement that ended after the job began completing
+  bool joiner = false;   // its worker joins a running job: a replacement, or a late node's
+  bool excused = false;  // a joiner that ended after the job began completing
   Clock::time_point kill_at = Clock::time_point::max();  // SIGKILL after our SIGTERM
 };
-
-std::string random_token() {
-  unsigned char bytes[16] = {};
-  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  ssize_t n = fd >= 0 ? ::read(fd, bytes, sizeof(bytes)) : -1;
-  if (fd >= 0) ::close(fd);
-  if (n != ssize_t(sizeof(bytes)))
-    throw std::runtime_error("cannot read /dev/urandom for the job token");
-  std::string out;
-  for (unsigned char b : bytes) out += fmt::format("{:02x}", b);
-  return out;
-}
 
 // Where the store listens: loopback stays off the network.
 std::string bind_address_for(const std::string& addr) {
@@ -64,37 +56,131 @@ void retire(Worker& w) {
   w.err = {};
 }
 
-}  // namespace
-
-int run_elastic(const Options& opts) {
-  Options o = opts;
-  if (o.elastic_token.empty()) {
-    const char* t = std::getenv("DDP_ELASTIC_TOKEN");
-    o.elastic_token = t && *t ? t : random_token();
+// A joiner still running long after the job began completing could not be
+// admitted any more: SIGTERM, SIGKILL kGracePeriod later (Note [ddprun
+// elastic]). Founders are never stopped this way.
+void stop_stale_joiners(std::vector<Worker>& ws, std::vector<Slot>& slots,
+                        Clock::time_point completing_since, double grace_s) {
+  const auto now = Clock::now();
+  const auto window = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(std::min(grace_s, 1e9)));
+  for (size_t i = 0; i < ws.size(); ++i) {
+    Worker& w = ws[i];
+    Slot& s = slots[i];
+    if (!w.running || !s.joiner) continue;
+    if (!s.excused && now - completing_since >= window) {
+      std::fprintf(stderr,
+                   "ddprun: joining rank %d (pid %d) is still running %g s after the job began "
+                   "completing; stopping it\n",
+                   w.rank, int(w.pid), grace_s);
+      s.excused = true;
+      s.kill_at = now + kGracePeriod;
+      ::kill(-w.pid, SIGTERM);
+    } else if (s.excused && now >= s.kill_at) {
+      ::kill(-w.pid, SIGKILL);
+      s.kill_at = Clock::time_point::max();
+    }
   }
-  // The workers' store, which must outlive any of them (ElasticGroup).
+}
+
+// Hosts the workers' store (one node, or node 0 of several): it must
+// outlive every worker (ElasticGroup).
+std::unique_ptr<ddp::dist::TCPStoreServer> host_store(const Options& o) {
   ddp::dist::TCPStoreOptions so;
   so.host = o.master_addr;
   so.port = uint16_t(o.master_port);
   so.bind_address = bind_address_for(o.master_addr);
-  std::unique_ptr<ddp::dist::TCPStoreServer> store;
   try {
-    store = std::make_unique<ddp::dist::TCPStoreServer>(so);
+    auto store = std::make_unique<ddp::dist::TCPStoreServer>(so);
     store->start();
+    return store;
   } catch (const ddp::Error& e) {
     std::fprintf(stderr, "ddprun: cannot host the workers' store at %s:%d: %s\n",
                  o.master_addr.c_str(), o.master_port, e.what());
-    return 1;
+    return nullptr;
   }
-  const int port = store->port();
+}
+
+// Several nodes: the link to the others; nullptr, with the exit status in
+// `status`, when it cannot be made.
+std::unique_ptr<NodeLink> link_nodes(const Options& o, const std::string& token, int& status) {
+  try {
+    return std::make_unique<NodeLink>(o, token);
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "ddprun: %s\n", e.what());
+    status = 2;
+  } catch (const ddp::Error& e) {
+    std::fprintf(stderr,
+                 "ddprun: cannot reach the job's store at %s:%d, which node 0's launcher hosts "
+                 "(waited --rdzv-timeout %g s): %s\n",
+                 o.master_addr.c_str(), o.master_port, o.rdzv_timeout_s, e.what());
+    status = 1;
+  }
+  return nullptr;
+}
+
+void print_mode(const Options& o, int port) {
+  if (!o.elastic_nodes()) {
+    std::fprintf(stderr,
+                 "ddprun: elastic mode, %d to %d workers, --max-replacements %d; the workers' "
+                 "store is at %s:%d\n",
+                 o.nproc_min, o.nproc, o.max_replacements, o.master_addr.c_str(), port);
+    return;
+  }
   std::fprintf(stderr,
-               "ddprun: elastic mode, %d to %d workers, --max-replacements %d; the workers' "
-               "store is at %s:%d\n",
-               o.nproc_min, o.nproc, o.max_replacements, o.master_addr.c_str(), port);
+               "ddprun: elastic mode, node %d of %d to %d nodes, %d workers here, "
+               "--max-replacements %d; the job's store is at %s:%d%s\n",
+               o.node_rank, o.nnodes_min, o.nnodes, o.nproc, o.max_replacements,
+               o.master_addr.c_str(), port, o.node_rank == 0 ? " (hosted here)" : "");
+}
+
+}  // namespace
+
+int run_elastic(const Options& opts) {
+  Options o = opts;
+  const char* env_token = std::getenv("DDP_ELASTIC_TOKEN");
+  std::string token = env_token ? env_token : "";
+  std::unique_ptr<ddp::dist::TCPStoreServer> store;
+  int port = o.master_port;
+  if (o.node_rank == 0) {
+    store = host_store(o);
+    if (!store) return 1;
+    port = store->port();
+  }
+  std::unique_ptr<NodeLink> link;
+  if (o.elastic_nodes()) {
+    int status = 0;
+    link = link_nodes(o, token, status);
+    if (!link) return status;
+    token = link->token();
+  }
+  o.elastic_token = token.empty() ? random_token() : token;
+  print_mode(o, port);
 
   std::vector<Worker> ws(size_t(o.nproc));
   std::vector<Slot> slots(size_t(o.nproc));
-  for (int i = 0; i < o.nproc; ++i) spawn(ws[size_t(i)], o, port, i, 0);
+  // One node: the slot is the replica id, and a replacement takes its
+  // predecessor's. Several: ids come from the store (NodeLink::claim_id).
+  auto start = [&](size_t i) {
+    Slot& s = slots[i];
+    int id = o.node_rank * o.nproc + int(i);
+    s.joiner = s.restarts > 0;
+    if (link) {
+      auto claimed = link->claim_id(int(i), s.restarts == 0);
+      if (!claimed) return false;
+      id = claimed->id;
+      s.joiner = claimed->joiner;
+    }
+    spawn(ws[i], o, port, int(i), s.restarts, id);
+    return true;
+  };
+  for (size_t i = 0; i < ws.size(); ++i)
+    if (!start(i)) {
+      // Only a lost store gets here, before the job ran.
+      stop_all(ws, SIGTERM);
+      drain(ws);
+      return 1;
+    }
   int replacements = 0;
   bool completing = false;
   Clock::time_point completing_since;
@@ -105,9 +191,17 @@ int run_elastic(const Options& opts) {
     for (const auto& w : ws) n += w.running;
     return n;
   };
+  auto begin_completing = [&](const char* why) {
+    std::fprintf(stderr, "ddprun: %s: the job is completing, no worker is replaced from now on\n",
+                 why);
+    completing = true;
+    completing_since = Clock::now();
+  };
 
   while (any_running(ws)) {
     pump_output(ws, 50ms);
+    if (link && link->completing() && !completing)
+      begin_completing("a worker on another node exited 0");
     for (size_t i = 0; i < ws.size() && !outcome; ++i) {
       Worker& w = ws[i];
       Slot& s = slots[i];
@@ -118,22 +212,18 @@ int run_elastic(const Options& opts) {
       w.status = exit_status(st);
       if (w.status == 0) {
         if (!completing) {
-          std::fprintf(stderr,
-                       "ddprun: worker rank %d exited 0: the job is completing, no worker is "
-                       "replaced from now on\n",
-                       w.rank);
-          completing = true;
-          completing_since = Clock::now();
+          begin_completing(fmt::format("worker rank {} exited 0", w.rank).c_str());
+          if (link) link->post_completing();
         }
         continue;
       }
       retire(w);
       if (completing) {
-        if (s.restarts > 0) {
+        if (s.joiner) {
           s.excused = true;
           std::fprintf(stderr,
-                       "ddprun: replacement rank %d (pid %d) ended with exit status %d after the "
-                       "job began completing; not counted\n",
+                       "ddprun: joining rank %d (pid %d) ended with exit status %d after the job "
+                       "began completing; not counted\n",
                        w.rank, int(w.pid), w.status);
         } else {
           std::fprintf(stderr,
@@ -144,23 +234,33 @@ int run_elastic(const Options& opts) {
         w.pid = -1;  // its group is gone: signal_all must not reach a reused id
         continue;
       }
-      if (replacements < o.max_replacements) {
+      const bool store_lost = link && link->lost();
+      if (!store_lost && replacements < o.max_replacements) {
         ++replacements;
         ++s.restarts;
-        std::fprintf(stderr,
-                     "ddprun: worker rank %d (pid %d) failed with exit status %d; replacing it "
-                     "alone (replacement %d of %d, restart %d of this rank)\n",
-                     w.rank, int(w.pid), w.status, replacements, o.max_replacements, s.restarts);
-        spawn(w, o, port, int(i), s.restarts);
-        continue;
+        const int old_rank = w.rank, old_pid = int(w.pid), old_status = w.status;
+        if (start(i)) {
+          std::fprintf(stderr,
+                       "ddprun: worker rank %d (pid %d) failed with exit status %d; replacing it "
+                       "alone (replacement %d of %d, restart %d of this slot, as rank %d)\n",
+                       old_rank, old_pid, old_status, replacements, o.max_replacements, s.restarts,
+                       w.rank);
+          continue;
+        }
       }
       s.lost = true;
-      std::fprintf(stderr,
-                   "ddprun: worker rank %d (pid %d) failed with exit status %d; no replacements "
-                   "left (--max-replacements %d), the slot stays empty\n",
-                   w.rank, int(w.pid), w.status, o.max_replacements);
+      std::fprintf(
+          stderr,
+          "ddprun: worker rank %d (pid %d) failed with exit status %d; %s, the slot "
+          "stays empty\n",
+          w.rank, int(w.pid), w.status,
+          link && link->lost()
+              ? "the job's store is lost"
+              : fmt::format("no replacements left (--max-replacements {})", o.max_replacements)
+                    .c_str());
       w.pid = -1;
-      if (live() < o.nproc_min) {
+      // Across nodes the workers' own MIN check (the heal's min_size) rules.
+      if (!link && live() < o.nproc_min) {
         std::fprintf(stderr,
                      "ddprun: %d worker(s) left, fewer than the minimum %d, and no replacements "
                      "left; lost ranks: %s; stopping the others\n",
@@ -178,39 +278,24 @@ int run_elastic(const Options& opts) {
       outcome = Outcome{Outcome::interrupted, 128 + int(g_signal)};
       break;
     }
-    // A replacement still running long after the job began completing could
-    // not be admitted any more: stop it (Note [ddprun elastic]).
-    if (completing) {
-      const auto now = Clock::now();
-      const auto window = std::chrono::duration_cast<Clock::duration>(
-          std::chrono::duration<double>(std::min(o.preempt_grace_s, 1e9)));
-      for (size_t i = 0; i < ws.size(); ++i) {
-        Worker& w = ws[i];
-        Slot& s = slots[i];
-        if (!w.running || s.restarts == 0) continue;
-        if (!s.excused && now - completing_since >= window) {
-          std::fprintf(stderr,
-                       "ddprun: replacement rank %d (pid %d) is still running %g s after the job "
-                       "began completing; stopping it\n",
-                       w.rank, int(w.pid), o.preempt_grace_s);
-          s.excused = true;
-          s.kill_at = now + kGracePeriod;
-          ::kill(-w.pid, SIGTERM);
-        } else if (s.excused && now >= s.kill_at) {
-          ::kill(-w.pid, SIGKILL);
-          s.kill_at = Clock::time_point::max();
-        }
-      }
-    }
+    if (completing) stop_stale_joiners(ws, slots, completing_since, o.preempt_grace_s);
   }
   // Forward the signal we got; SIGTERM when the stop comes from us.
   if (any_running(ws)) stop_all(ws, g_signal ? int(g_signal) : SIGTERM);
   drain(ws);
+  if (link) {
+    // Node 0 hosts the store: it stays up while the others' workers may use
+    // it; when interrupted, only as long as they need to stop.
+    auto limit = std::chrono::milliseconds(int64_t(o.rdzv_timeout_s * 1000));
+    if (outcome && outcome->kind == Outcome::interrupted)
+      limit = std::min<std::chrono::milliseconds>(limit, kGracePeriod + 5s);
+    link->finish(limit);
+  }
   if (outcome) return outcome->status;
   for (size_t i = 0; i < ws.size(); ++i)
     if (ws[i].status != 0 && !slots[i].excused) {
       std::fprintf(stderr, "ddprun: rank %d's last worker ended with exit status %d%s\n",
-                   ws[i].rank, ws[i].status, slots[i].lost ? " (no replacements were left)" : "");
+                   ws[i].rank, ws[i].status, slots[i].lost ? " (it was not replaced)" : "");
       return ws[i].status;
     }
   return 0;

@@ -3,7 +3,8 @@
 // stopping worker processes, their output, and the forwarded signals
 // (workers.cpp). main.cpp parses the command line and runs the classic mode
 // (Note [ddprun restarts]); elastic.cpp runs the elastic one (Note [ddprun
-// elastic]). The Notes are in main.cpp.
+// elastic]), and nodes.cpp links the launchers of a multi-node elastic job.
+// The Notes are in main.cpp.
 
 #include <sys/types.h>
 
@@ -22,8 +23,9 @@ using namespace std::chrono_literals;
 constexpr auto kGracePeriod = 5s;
 
 struct Options {
-  int nproc = 0;  // workers on this node; in elastic mode MAX
-  int nnodes = 1;
+  int nproc = 0;       // workers on this node; in elastic mode on one node MAX
+  int nnodes = 1;      // with --nnodes MIN:MAX, MAX
+  int nnodes_min = 1;  // MIN of --nnodes MIN:MAX
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
@@ -33,9 +35,22 @@ struct Options {
   // Note [ddprun elastic]: --nproc-per-node MIN:MAX or --elastic.
   bool elastic = false;
   int nproc_min = 0;          // MIN (elastic mode)
-  int max_replacements = -1;  // -1: 3 * MAX
+  int max_replacements = -1;  // -1: 3 * MAX (one node), 3 * --nproc-per-node (per node)
   std::string elastic_token;  // DDP_ELASTIC_TOKEN handed to the workers
   std::vector<std::string> command;
+
+  // Elastic across nodes (--nnodes MIN:MAX with MAX > 1).
+  bool elastic_nodes() const { return elastic && nnodes > 1; }
+  // What the workers see as WORLD_SIZE: the whole job in the classic mode,
+  // the founders in the elastic one (MAX workers on one node, MIN nodes'
+  // workers across nodes).
+  int world_size() const {
+    if (!elastic) return nnodes * nproc;
+    return elastic_nodes() ? nnodes_min * nproc : nproc;
+  }
+  // DDP_ELASTIC_MIN / DDP_ELASTIC_MAX: the fewest and most workers of the job.
+  int elastic_min() const { return elastic_nodes() ? nnodes_min * nproc : nproc_min; }
+  int elastic_max() const { return elastic_nodes() ? nnodes * nproc : nproc; }
 };
 
 // --- signals -------------------------------------------------------------------
@@ -76,8 +91,10 @@ int exit_status(int wstatus);
 
 // Starts the worker of local slot `local`; `restart_count` is what it sees as
 // TORCHELASTIC_RESTART_COUNT / DDP_RESTART_COUNT (the round in the classic
-// mode, the slot's own count in the elastic one).
-void spawn(Worker& w, const Options& o, int master_port, int local, int restart_count);
+// mode, the slot's own count in the elastic one). Its RANK is `rank`, or
+// node_rank * nproc + local when that is -1.
+void spawn(Worker& w, const Options& o, int master_port, int local, int restart_count,
+           int rank = -1);
 
 // Signals every worker's process group (Note [ddprun process groups and
 // signals]).

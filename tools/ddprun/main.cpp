@@ -5,6 +5,8 @@
 //   ddprun --nproc-per-node 8 --nnodes 2 --node-rank 0 --master-addr n0
 //          --master-port 29500 ./train_gpt    (on n0; --node-rank 1 on n1)
 //   ddprun --nproc-per-node 3:4 ./train_resnet --fault-tolerant   (elastic)
+//   ddprun --nnodes 3:4 --nproc-per-node 1 --node-rank K --master-addr n0
+//          --master-port 29500 ./train_resnet --fault-tolerant  (elastic, nodes)
 //
 // Each worker sees RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, GROUP_RANK,
 // MASTER_ADDR, MASTER_PORT, TORCHELASTIC_RESTART_COUNT, DDP_RESTART_COUNT and
@@ -57,7 +59,8 @@
 // restarting, and every launcher exits with 128 + that signal. A node whose
 // group has already finished successfully does not come back for a
 // restart; the others then time out at the next barrier with a clear
-// error. Elastic membership is Note [ddprun elastic].
+// error. Elastic membership, on one node or several, is Note [ddprun
+// elastic].
 //
 // Note [ddprun elastic]
 // `--nproc-per-node MIN:MAX` (or `--elastic`, with N meaning N:N) runs the
@@ -65,8 +68,9 @@
 // survivors keep training when a rank dies and let a replacement join at a
 // step boundary. Unlike Note [ddprun restarts], the launcher never touches
 // a survivor:
-//  - It starts MAX founders; RANK = LOCAL_RANK = the slot 0..MAX-1 (the
-//    worker's stable replica id), WORLD_SIZE = MAX, and it hands them
+//  - On one node it starts MAX founders; RANK = LOCAL_RANK = the slot
+//    0..MAX-1 (the worker's stable replica id), WORLD_SIZE = MAX, and it
+//    hands them
 //    DDP_ELASTIC=1, DDP_ELASTIC_MIN, DDP_ELASTIC_MAX, DDP_ELASTIC_TOKEN (a
 //    random token per job, or the one in ddprun's own environment) and
 //    TORCHELASTIC_USE_AGENT_STORE=True: the launcher itself hosts the
@@ -101,9 +105,52 @@
 //    exit 0 on it too); SIGINT ends the job with 130. Nothing is replaced
 //    after a signal.
 //  - --max-restarts (restarts of the whole group) has no meaning here and
-//    is refused (exit 2); one node only for now (`--nnodes` with a range, or
-//    elastic mode with --nnodes > 1, is refused): the replacement policy
-//    would need the launchers to agree on slots across nodes.
+//    is refused (exit 2).
+// Across nodes, `--nnodes MIN:MAX` (or `--elastic --nnodes N`, N:N) with a
+// fixed `--nproc-per-node P`; both ranged at once is refused (exit 2: MIN
+// workers of MIN nodes would be two minimums). The rules above hold per
+// node, with these differences:
+//  - Node 0's launcher hosts the job's store at --master-addr:--master-port
+//    (both required, the same on every node); the other launchers and all
+//    workers connect to it (a launcher waits --rdzv-timeout for it). The
+//    launchers link through it (nodes.cpp): node 0 posts the job's token
+//    (DDP_ELASTIC_TOKEN from its environment, or a random one) and its
+//    shape (--nnodes, --nproc-per-node), which every other node must match
+//    (exit 2 otherwise; a token of its own must match too).
+//  - The founders are MIN nodes' workers: WORLD_SIZE = MIN * P,
+//    DDP_ELASTIC_MIN = MIN * P, DDP_ELASTIC_MAX = MAX * P, LOCAL_RANK the
+//    slot, GROUP_RANK the node. Whoever arrives first founds generation 0;
+//    a node with node_rank >= MIN, or one that arrives once it is formed,
+//    joins at a step boundary. So a job survives a lost worker, or node,
+//    only while at least MIN * P workers are left: `--nnodes 2:2` dies with
+//    any worker, as `--nproc-per-node 4:4` does on one node.
+//  - RANK is the worker's replica id, unique in the job for good: node_rank
+//    * P + slot at a slot's first start, and for a replacement the next of
+//    a counter in the store from MAX * P up (a launcher that finds its first
+//    ids taken, one restarted with the same --node-rank, draws from the
+//    counter too). A reused id would be refused while the dead worker is
+//    still a member ("already a member"), and two nodes could not agree on
+//    whose it is. A joiner's RANK is thus at or above WORLD_SIZE. (On one
+//    node a replacement keeps its slot's id, which stays below WORLD_SIZE.)
+//  - Each node replaces only its own workers, at most --max-replacements
+//    (default 3 * P) per node; the workers' MIN (their heal's min_size)
+//    decides when the job is too small, not the launchers.
+//  - The job is completing as soon as a worker exits 0 on any node (the
+//    launcher that sees it posts it in the store): no node replaces from
+//    then on, and each stops its joiners (replacements and the workers of
+//    a node that joined) still running --preempt-grace seconds later.
+//  - A node lost (its launcher killed: its workers die with it) stops no
+//    one: the others' workers heal. Each launcher beats in the store; node
+//    0, which hosts the store, waits at the end for every launcher that is
+//    not done and beat in the last 10 s (kNodeSilence), at most
+//    --rdzv-timeout (5 s past the grace when interrupted).
+//  - Node 0 lost is the job lost, as with torchrun's c10d rendezvous: the
+//    others' workers fail with a DistNetworkError naming the store, and
+//    their launchers, whose store requests fail too, replace no one and
+//    exit with the workers' status.
+//  - Signals stay per node: SIGINT or an unclean preemption on one node ends
+//    that node's workers (the others heal, or stop at the agreed step when
+//    preempted through the store, ddp/parallel/preemption.h).
 
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -132,7 +179,7 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: ddprun --nproc-per-node N|MIN:MAX [--elastic] [--max-replacements K] "
-    "[--nnodes M --node-rank K --master-addr HOST --master-port PORT] [--max-restarts R] "
+    "[--nnodes M|MIN:MAX --node-rank K --master-addr HOST --master-port PORT] [--max-restarts R] "
     "[--rdzv-timeout SECONDS] [--preempt-grace SECONDS] PROGRAM [ARGS...]\n";
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -191,7 +238,7 @@ Options parse_args(int argc, char** argv) {
                 [&](const std::string& v) {
                   return check_range(v, 1, 1 << 16, o.nproc_min, o.nproc, nproc_ranged);
                 });
-  cli.add_value("--nnodes", "M", "", "", [&](const std::string& v) {
+  cli.add_value("--nnodes", "M|MIN:MAX", "", "", [&](const std::string& v) {
     return check_range(v, 1, 1 << 16, nnodes_min, o.nnodes, nnodes_ranged);
   });
   add_int("--node-rank,--node_rank", &o.node_rank, 0, 1 << 16);
@@ -217,26 +264,36 @@ Options parse_args(int argc, char** argv) {
   const bool have_port = cli.given("--master-port,--master_port");
   if (!have_nproc) usage_error("--nproc-per-node is required");
   if (o.command.empty()) usage_error("no program given");
-  // Note [ddprun elastic]: one node for now.
-  if (nnodes_ranged && o.nnodes > 1)
-    usage_error("--nnodes " + std::to_string(nnodes_min) + ":" + std::to_string(o.nnodes) +
-                ": elastic mode is one node for now; use --nproc-per-node MIN:MAX on one node");
-  o.elastic = o.elastic || nproc_ranged;
+  o.nnodes_min = nnodes_min;
+  // Note [ddprun elastic]: MIN:MAX counts workers on one node, or nodes.
+  if (nproc_ranged && (nnodes_ranged || o.nnodes > 1))
+    usage_error(
+        "--nproc-per-node MIN:MAX is elastic on one node; across nodes give --nnodes MIN:MAX "
+        "with a fixed --nproc-per-node (both ranged at once is not supported)");
+  o.elastic = o.elastic || nproc_ranged || nnodes_ranged;
   if (o.elastic) {
-    if (o.nnodes > 1)
-      usage_error(
-          "elastic mode (--nproc-per-node MIN:MAX or --elastic) is one node for now; "
-          "--nnodes must be 1");
     if (o.max_restarts > 0)
       usage_error(
           "--max-restarts restarts the whole group and has no meaning in elastic mode "
-          "(--nproc-per-node MIN:MAX, --elastic); use --max-replacements");
+          "(--nproc-per-node MIN:MAX, --nnodes MIN:MAX, --elastic); use --max-replacements");
     if (o.max_replacements < 0) o.max_replacements = 3 * o.nproc;
   } else if (cli.given("--max-replacements,--max_replacements")) {
-    usage_error("--max-replacements needs elastic mode (--nproc-per-node MIN:MAX or --elastic)");
+    usage_error(
+        "--max-replacements needs elastic mode (--nproc-per-node MIN:MAX, --nnodes MIN:MAX or "
+        "--elastic)");
   }
-  if (o.node_rank >= o.nnodes) usage_error("--node-rank must be below --nnodes");
-  if (o.nnodes > 1) {
+  if (o.node_rank >= o.nnodes)
+    usage_error(nnodes_ranged ? "--node-rank must be below MAX of --nnodes MIN:MAX"
+                              : "--node-rank must be below --nnodes");
+  if (o.elastic_nodes()) {
+    // The other nodes' workers and launchers connect to the store that node
+    // 0's launcher hosts: they must know where it is.
+    if (!cli.given("--master-addr,--master_addr") || !have_port || o.master_port == 0)
+      usage_error(
+          "elastic mode across nodes (--nnodes MIN:MAX with MAX > 1) needs --master-addr and "
+          "--master-port (1..65535): where node 0's launcher hosts the job's store, the same on "
+          "every node");
+  } else if (o.nnodes > 1) {
     // Every node must name the same port, and the launchers' own store needs
     // MASTER_PORT + 1, so a picked-at-random port cannot work across nodes.
     if (!have_port || o.master_port == 0 || o.master_port == 65535)

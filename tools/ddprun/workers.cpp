@@ -85,10 +85,11 @@ int exit_status(int wstatus) {
 
 namespace {
 
-std::vector<std::string> worker_env(const Options& o, int master_port, int local, int round) {
+std::vector<std::string> worker_env(const Options& o, int master_port, int local, int round,
+                                    int rank) {
   std::vector<std::pair<std::string, std::string>> vars = {
-      {"RANK", std::to_string(o.node_rank * o.nproc + local)},
-      {"WORLD_SIZE", std::to_string(o.nnodes * o.nproc)},
+      {"RANK", std::to_string(rank)},
+      {"WORLD_SIZE", std::to_string(o.world_size())},
       {"LOCAL_RANK", std::to_string(local)},
       {"LOCAL_WORLD_SIZE", std::to_string(o.nproc)},
       {"GROUP_RANK", std::to_string(o.node_rank)},
@@ -106,8 +107,8 @@ std::vector<std::string> worker_env(const Options& o, int master_port, int local
       {"DDP_ELASTIC", o.elastic ? "1" : "0"},
   };
   if (o.elastic) {
-    vars.emplace_back("DDP_ELASTIC_MIN", std::to_string(o.nproc_min));
-    vars.emplace_back("DDP_ELASTIC_MAX", std::to_string(o.nproc));
+    vars.emplace_back("DDP_ELASTIC_MIN", std::to_string(o.elastic_min()));
+    vars.emplace_back("DDP_ELASTIC_MAX", std::to_string(o.elastic_max()));
     vars.emplace_back("DDP_ELASTIC_TOKEN", o.elastic_token);
   }
   std::vector<std::string> env;
@@ -127,8 +128,9 @@ std::vector<std::string> worker_env(const Options& o, int master_port, int local
 // Starts one worker. Everything the child needs is prepared before fork():
 // the launcher may run a store server thread, and after fork only
 // async-signal-safe calls are allowed.
-void spawn(Worker& w, const Options& o, int master_port, int local, int restart_count) {
-  std::vector<std::string> env_s = worker_env(o, master_port, local, restart_count);
+void spawn(Worker& w, const Options& o, int master_port, int local, int restart_count, int rank) {
+  if (rank < 0) rank = o.node_rank * o.nproc + local;
+  std::vector<std::string> env_s = worker_env(o, master_port, local, restart_count, rank);
   std::vector<char*> envp, argv;
   for (auto& s : env_s) envp.push_back(s.data());
   envp.push_back(nullptr);
@@ -183,7 +185,7 @@ void spawn(Worker& w, const Options& o, int master_port, int local, int restart_
   w.pid = pid;
   w.running = true;
   w.status = 0;
-  w.rank = o.node_rank * o.nproc + local;
+  w.rank = rank;
   std::string prefix = fmt::format("[{}]: ", w.rank);
   w.out = Stream{out_pipe[0], 1, prefix, {}};
   w.err = Stream{err_pipe[0], 2, prefix, {}};

@@ -47,10 +47,14 @@ struct LaunchEnv {
   // (TORCHELASTIC_USE_AGENT_STORE=True: torchrun's agent store, ddprun's
   // elastic mode). init_process_group and connect_store follow it.
   bool agent_store = false;
-  // ddprun's elastic mode (--nproc-per-node MIN:MAX; Note [ddprun elastic]
-  // in tools/ddprun/main.cpp), for ddp::parallel::ElasticGroup: rank is this
-  // process's stable replica id (its slot; a replacement gets the same),
-  // world_size the founders (MAX).
+  // ddprun's elastic mode (--nproc-per-node MIN:MAX or --nnodes MIN:MAX;
+  // Note [ddprun elastic] in tools/ddprun/main.cpp), for
+  // ddp::parallel::ElasticGroup: rank is this process's replica id, and
+  // world_size the founders. On one node the founders are MAX and a
+  // replacement keeps its slot's id; across nodes the founders are MIN
+  // nodes' workers, and a worker that joins later (a node beyond MIN, a
+  // replacement) has an id at or above world_size that no worker had
+  // before: so rank < world_size is not checked here.
   bool elastic = false;  // DDP_ELASTIC=1
   // The fewest and most ranks the job runs with: DDP_ELASTIC_MIN /
   // DDP_ELASTIC_MAX (ElasticOptions::min_size / max_size); world_size both
