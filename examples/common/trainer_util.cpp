@@ -55,11 +55,13 @@ std::optional<int64_t> per_rank_batch(int64_t global_batch, const ddp::dist::Wor
   return std::nullopt;
 }
 
-int set_cpu_threads(const ddp::dist::World& world) {
-  if (const char* env = std::getenv("OMP_NUM_THREADS"); env != nullptr && *env != '\0')
-    return std::max(1, std::atoi(env));
+int set_cpu_threads(const ddp::dist::World& world) { return set_cpu_threads(world.env); }
+
+int set_cpu_threads(const ddp::dist::LaunchEnv& env) {
+  if (const char* v = std::getenv("OMP_NUM_THREADS"); v != nullptr && *v != '\0')
+    return std::max(1, std::atoi(v));
   const int cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = std::max(1, cores / std::max(1, world.env.local_world_size));
+  const int threads = std::max(1, cores / std::max(1, env.local_world_size));
   ddp::set_num_threads(threads);  // Note [CPU threads]
   return threads;
 }

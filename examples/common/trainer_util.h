@@ -45,5 +45,8 @@ std::optional<int64_t> per_rank_batch(int64_t global_batch, const ddp::dist::Wor
 // trainers give each CPU rank cores / local_world_size threads (at least 1),
 // unless OMP_NUM_THREADS is set, which always wins. Returns the count used.
 int set_cpu_threads(const ddp::dist::World& world);
+// The same before a World exists (the fault-tolerant trainers make their
+// groups through an ElasticGroup).
+int set_cpu_threads(const ddp::dist::LaunchEnv& env);
 
 }  // namespace examples

@@ -8,6 +8,8 @@
 // DistributedDataParallel::no_sync(), so gradients are averaged over the
 // ranks once per step. The last line on stdout is a JSON object
 // (Note [Metrics lines]). Flags: train_gpt --help, or docs/examples.md.
+// With --fault-tolerant the loop of fault_tolerant.cpp runs instead (DDP on
+// an ElasticGroup); what both loops share is in setup.h.
 
 #include <algorithm>
 #include <cmath>
@@ -32,6 +34,7 @@
 #include "ddp/optim/lr_scheduler.h"
 #include "ddp/parallel/distributed.h"
 #include "train_gpt/options.h"
+#include "train_gpt/setup.h"
 
 namespace {
 
@@ -39,122 +42,11 @@ using namespace ddp;
 namespace F = ddp::nn::functional;
 using examples::JsonObject;
 using train_gpt::Options;
-
-nn::models::GPTConfig make_config(const Options& o) {
-  nn::models::GPTConfig c;  // GPT-2 124M
-  c.vocab_size = data::TextCorpus::kVocabSize;
-  if (o.model == "gpt-tiny") {
-    c.block_size = 128, c.n_layer = 4, c.n_head = 4, c.n_embd = 128;
-  } else if (o.model == "gpt-mini") {
-    c.block_size = 256, c.n_layer = 6, c.n_head = 6, c.n_embd = 384;
-  } else if (o.model == "gpt2-124m") {
-    c.vocab_size = 50257;  // GPT-2's own size; the byte tokens use the first 256 rows
-  }
-  if (o.n_layer > 0) c.n_layer = o.n_layer;
-  if (o.n_head > 0) c.n_head = o.n_head;
-  if (o.n_embd > 0) c.n_embd = o.n_embd;
-  if (o.block_size > 0) c.block_size = o.block_size;
-  c.dropout = o.dropout;
-  if (c.n_embd % c.n_head != 0) {
-    std::fprintf(stderr, "train_gpt: --n-embd %lld is not divisible by --n-head %lld\n",
-                 (long long)c.n_embd, (long long)c.n_head);
-    std::exit(2);
-  }
-  return c;
-}
-
-// Note [Bytes as GPT-2 tokens]
-// GPT-2's byte-level BPE gives each of the 256 bytes a token id below 256,
-// but not id = byte: printable bytes come first ('!' is 0, 'A' is 32), the
-// rest after (' ' is 220, '\n' is 198), in the order of its
-// bytes_to_unicode table. After loading Hugging Face weights into a model
-// with GPT-2's vocabulary, rows 0..255 of the (tied) embedding are
-// reordered so that our token b, the byte b, reads GPT-2's token for b: the
-// pretrained model then sees text it knows, and its logits 0..255 are
-// bytes. Returns whether it did (only for a 50257-token vocabulary).
-bool map_bytes_to_gpt2_tokens(nn::models::GPT& model) {
-  if (model.config().vocab_size != 50257) return false;
-  std::vector<int64_t> gpt2_order;  // GPT-2 id -> byte
-  for (int b = 33; b <= 126; ++b) gpt2_order.push_back(b);
-  for (int b = 161; b <= 172; ++b) gpt2_order.push_back(b);
-  for (int b = 174; b <= 255; ++b) gpt2_order.push_back(b);
-  for (int b = 0; b < 256; ++b)
-    if (std::find(gpt2_order.begin(), gpt2_order.end(), b) == gpt2_order.end())
-      gpt2_order.push_back(b);
-  std::vector<int64_t> id_of_byte(256);
-  for (int64_t id = 0; id < 256; ++id) id_of_byte[size_t(gpt2_order[size_t(id)])] = id;
-  NoGradGuard no_grad;
-  Tensor rows = model.wte->weight.narrow(0, 0, 256);
-  Tensor index = Tensor::from_vector(id_of_byte, {256}).to(rows.device());
-  rows.copy_(index_select(rows, 0, index));
-  return true;
-}
-
-// Prints --sample bytes generated from --prompt (Note [Sampling from a
-// GPT]); returns how many.
-int64_t print_sample(nn::models::GPT& model, const Options& o) {
-  std::vector<int64_t> prompt;
-  for (unsigned char c : o.prompt) prompt.push_back(c);
-  const std::vector<int64_t> bytes = nn::models::generate(
-      model, prompt, o.sample,
-      {.temperature = o.temperature, .top_k = o.top_k,
-       .vocab_limit = data::TextCorpus::kVocabSize, .seed = uint64_t(o.seed)});
-  std::string text;
-  for (int64_t b : bytes) text.push_back(char(b));
-  std::printf("sample (%lld bytes, temperature %g, top-k %s, seed %lld):\n%s%s\n",
-              (long long)bytes.size(), o.temperature,
-              o.top_k > 0 ? std::to_string(o.top_k).c_str() : "all", (long long)o.seed,
-              o.prompt.c_str(), text.c_str());
-  std::fflush(stdout);
-  return int64_t(bytes.size());
-}
-
-std::optional<DType> amp_dtype(const std::string& amp) {
-  if (amp == "bf16") return DType::bf16;
-  if (amp == "f16") return DType::f16;
-  return std::nullopt;
-}
-
-// Mean next-token loss over the logits [B, T, V] of a batch.
-Tensor lm_loss(const Tensor& logits, const Tensor& targets,
-               F::Reduction reduction = F::Reduction::mean) {
-  const int64_t v = logits.size(-1);
-  return F::cross_entropy(logits.reshape({-1, v}), targets.reshape({-1}), reduction);
-}
-
-// Validation loss per token over (the first --val-batches batches of) the
-// non-overlapping validation windows, sharded over the ranks without
-// shuffling; padding positions of the sampler (>= n) are not counted.
-double validate(nn::models::GPT& model, const data::DatasetPtr& val, const Options& o,
-                int64_t local_batch, dist::World& world) {
-  const int world_size = world.size(), rank = world.rank();
-  int64_t n = val->size();
-  if (o.val_batches > 0) n = std::min(n, o.val_batches * local_batch * world_size);
-  auto sampler = std::make_shared<data::DistributedSampler>(n, world_size, rank, false);
-  data::DataLoader loader(val, {.batch_size = local_batch, .num_workers = int(o.workers),
-                                .device = world.device},
-                          sampler);
-  model.eval();
-  double loss_sum = 0, tokens = 0;
-  int64_t position = 0;
-  {
-    NoGradGuard no_grad;
-    for (const data::Batch& b : loader) {
-      int64_t keep = 0;
-      while (keep < b.size() && rank + (position + keep) * world_size < n) ++keep;
-      position += b.size();
-      if (keep == 0) continue;
-      std::optional<amp::Autocast> autocast;
-      if (auto dt = amp_dtype(o.amp)) autocast.emplace(world.device, *dt);
-      Tensor x = b.input.narrow(0, 0, keep), y = b.target.narrow(0, 0, keep);
-      loss_sum += lm_loss(model.forward(x).to(kFloat32), y, F::Reduction::sum).item<float>();
-      tokens += double(y.numel());
-    }
-  }
-  model.train();
-  auto sums = examples::allreduce_sum(world, {loss_sum, tokens});
-  return sums[0] / std::max(1.0, sums[1]);
-}
+using train_gpt::amp_dtype;
+using train_gpt::lm_loss;
+using train_gpt::make_config;
+using train_gpt::print_sample;
+using train_gpt::validate;
 
 int run(const Options& o) {
   examples::Stopwatch total_clock;
@@ -179,31 +71,14 @@ int run(const Options& o) {
   manual_seed(uint64_t(o.seed));
 
   const int64_t T = config.block_size;
-  data::DatasetPtr train, val;
-  std::string corpus_text;
-  if (o.data == "text") {
-    auto corpus = data::TextCorpus::load(o.data_dir);
-    train = corpus->windows(data::Split::train, T, o.stride);
-    val = corpus->windows(data::Split::test, T);
-    corpus_text = o.data_dir + " (" + std::to_string(corpus->size()) + " bytes, " +
-                  std::to_string(corpus->files().size()) + " files)";
-  } else {
-    train = std::make_shared<data::SyntheticTokenDataset>(100000, T, config.vocab_size,
-                                                          uint64_t(o.seed));
-    val = std::make_shared<data::SyntheticTokenDataset>(1000, T, config.vocab_size,
-                                                        uint64_t(o.seed) + 1);
-    corpus_text = "synthetic tokens";
-  }
+  const train_gpt::Corpus corpus = train_gpt::load_corpus(o, config);
+  const data::DatasetPtr& train = corpus.train;
+  const data::DatasetPtr& val = corpus.val;
+  const std::string& corpus_text = corpus.description;
 
   auto model = std::make_shared<nn::models::GPT>(config);
   model->to(world.device);
-  if (!o.init_from_hf.empty()) {
-    nn::models::load_hf_gpt2(*model, o.init_from_hf);  // every rank; DDP checks they agree
-    const bool byte_rows = map_bytes_to_gpt2_tokens(*model);
-    if (lead)
-      std::printf("initialised from Hugging Face GPT-2 weights %s%s\n", o.init_from_hf.c_str(),
-                  byte_rows ? " (byte b reads GPT-2's byte token for b)" : "");
-  }
+  train_gpt::init_from_hf(*model, o, lead);
   if (lead) {
     std::printf("train_gpt: %s (%lld layers, %lld heads, width %lld, context %lld) on %s\n",
                 o.model.c_str(), (long long)config.n_layer, (long long)config.n_head,
@@ -235,16 +110,12 @@ int run(const Options& o) {
   if (steps_per_epoch < 1)
     throw ValueError("the corpus is too small for one step of " + std::to_string(o.batch_size) +
                      " sequences of " + std::to_string(T) + " tokens");
-  const int64_t schedule_steps = o.steps;
+  train_gpt::Recipe recipe = train_gpt::make_recipe(*model, o);
+  const int64_t schedule_steps = recipe.schedule_steps, warmup = recipe.warmup;
   const int64_t stop_step = o.max_steps >= 0 ? std::min(o.max_steps, schedule_steps) : schedule_steps;
   const int64_t epochs = (stop_step + steps_per_epoch - 1) / steps_per_epoch;  // for the progress line
-  const int64_t warmup = o.warmup_steps >= 0 ? std::min(o.warmup_steps, schedule_steps)
-                                             : schedule_steps / 10;
-
-  optim::AdamW opt(examples::decay_groups(*model), o.lr,
-                   {.betas = {o.beta1, o.beta2}, .weight_decay = o.weight_decay});
-  optim::WarmupCosineLR sched(opt, schedule_steps,
-                              {.warmup_steps = warmup, .min_lr = o.min_lr >= 0 ? o.min_lr : o.lr / 10});
+  optim::AdamW& opt = *recipe.opt;
+  optim::WarmupCosineLR& sched = *recipe.sched;
   amp::GradScaler scaler({.enabled = o.amp == "f16"});
   io::Checkpoint ckpt;
   ckpt.add("model", model).add("optimizer", opt).add("scheduler", sched).add("scaler", scaler);
@@ -431,7 +302,7 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   const Options options = train_gpt::parse_options(argc, argv);
   try {
-    return run(options);
+    return options.fault_tolerant ? train_gpt::run_fault_tolerant(options) : run(options);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "train_gpt: %s\n", e.what());
     return 1;

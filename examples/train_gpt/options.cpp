@@ -50,7 +50,14 @@ Options parse_options(int argc, char** argv) {
                "write checkpoints in the background: a step waits only for a copy of the state in "
                "memory (docs/checkpoints.md)");
   cli.add_flag("--resume", &o.resume, "continue from the checkpoint in --checkpoint-dir if there is one");
-  cli.add_string("--metrics", &o.metrics, "write one JSON line per logged step to this file");
+  cli.add_flag("--fault-tolerant", &o.fault_tolerant,
+               "keep training when a rank dies: DDP on an ElasticGroup (gloo, CPU; under ddprun "
+               "--nproc-per-node MIN:MAX a dead worker is replaced; docs/fault_tolerance.md)");
+  cli.add_flag("--check-replicas", &o.check_replicas,
+               "--fault-tolerant: after each membership change, compare every replica's state hash");
+  cli.add_string("--metrics", &o.metrics,
+                 "write one JSON line per logged step to this file (--fault-tolerant: per "
+                 "committed step)");
   cli.add_int("--metrics-port", &o.metrics_port,
               "serve Prometheus metrics at /metrics on PORT + local rank (0: off)", 0);
   cli.add_string("--job-name", &o.job_name, "the job label of the metrics (default: train_gpt)");
@@ -84,6 +91,17 @@ Options parse_options(int argc, char** argv) {
   if (cli.given("--job-name") && o.metrics_port == 0) cli.fail("--job-name: needs --metrics-port");
   if (o.model == "custom" && (o.n_layer == 0 || o.n_head == 0 || o.n_embd == 0 || o.block_size == 0))
     cli.fail("--model custom: needs --n-layer, --n-head, --n-embd and --block-size");
+  if (o.check_replicas && !o.fault_tolerant) cli.fail("--check-replicas: needs --fault-tolerant");
+  if (o.fault_tolerant) {
+    // Note [Fault-tolerant GPT trainer] (fault_tolerant.cpp): what that loop
+    // does not have. Checked first, so that the message names the flag the
+    // fault-tolerant loop lacks rather than what that flag would need.
+    for (const char* flag : {"--amp", "--resume", "--checkpoint-dir", "--checkpoint-every",
+                             "--async-checkpoint", "--eval-every", "--metrics-port",
+                             "--tensorboard", "--straggler-every"})
+      if (cli.given(flag)) cli.fail(std::string("--fault-tolerant: takes no ") + flag);
+    if (!o.backend.empty() && o.backend != "gloo") cli.fail("--fault-tolerant: runs on gloo only");
+  }
   if (o.resume && o.checkpoint_dir.empty()) cli.fail("--resume: needs --checkpoint-dir");
   if (o.async_checkpoint && o.checkpoint_dir.empty()) cli.fail("--async-checkpoint: needs --checkpoint-dir");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())

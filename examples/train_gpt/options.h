@@ -30,7 +30,9 @@ struct Options {
   int64_t checkpoint_every = 0;
   bool async_checkpoint = false;   // write checkpoints in the background
   bool resume = false;
-  std::string metrics;
+  bool fault_tolerant = false;     // DDP on an ElasticGroup (fault_tolerant.cpp)
+  bool check_replicas = false;     // --fault-tolerant: compare replicas after each change
+  std::string metrics;             // --fault-tolerant: one line per committed step
   int64_t metrics_port = 0;       // 0: off; rank r serves PORT + local rank
   std::string job_name;            // Prometheus `job` label; empty: the program's name
   int64_t straggler_every = 10;   // steps between straggler checks (0: off; docs/ddp.md)

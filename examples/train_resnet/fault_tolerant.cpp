@@ -23,17 +23,18 @@
 //  - The CPU only, gloo only, no AMP, no comm hooks, no checkpoints of its
 //    own: the state lives in the peers.
 // With --metrics FILE, the process that is rank 0 appends one line per
-// committed step (step, wall time, world size, generation, images): the
-// chaos benchmark reads the time from a kill to the next commit from it.
+// committed step (step, wall time, world size, generation, images;
+// examples::CommitLog): the chaos benchmark reads the time from a kill to
+// the next commit from it. train_gpt --fault-tolerant follows the same
+// rules (Note [Fault-tolerant GPT trainer] in train_gpt/fault_tolerant.cpp);
+// what both use around the ElasticGroup is in common/elastic_util.h.
 
-#include <chrono>
 #include <cstdio>
 #include <memory>
-#include <thread>
 
+#include "common/elastic_util.h"
 #include "common/metrics.h"
 #include "common/trainer_util.h"
-#include "ddp/core/threads.h"
 #include "ddp/data/elastic_sampler.h"
 #include "ddp/dist/init.h"
 #include "ddp/io/checkpoint.h"
@@ -61,49 +62,6 @@ class StepIndices final : public data::Sampler {
   std::vector<int64_t> indices() const override { return indices_now; }
 };
 
-// FNV-1a over the bytes of every parameter and optimizer tensor: equal on
-// every replica exactly when their states are bit-identical (but for
-// collisions).
-int64_t state_hash(const nn::Module& model, const optim::Optimizer& opt) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const Tensor& t) {
-    const Tensor c = t.contiguous().cpu();
-    const auto* p = static_cast<const uint8_t*>(c.data_ptr());
-    for (size_t i = 0, n = size_t(c.numel()) * element_size(c.dtype()); i < n; ++i)
-      h = (h ^ p[i]) * 1099511628211ull;
-  };
-  for (const Tensor& t : model.parameters()) mix(t);
-  for (const auto& [name, t] : opt.state_dict()) mix(t);
-  return int64_t(h);
-}
-
-// --check-replicas: after a membership change every member compares its
-// state hash with the others' (one allgather on the new group); rank 0
-// prints the verdict, which the chaos benchmark counts.
-void check_replicas(parallel::ElasticGroup& elastic, const nn::Module& model,
-                    const optim::Optimizer& opt) {
-  auto& g = *elastic.group();
-  Tensor mine = Tensor::from_vector(std::vector<int64_t>{state_hash(model, opt)}, {1});
-  Tensors all;
-  for (int r = 0; r < g.size(); ++r) all.push_back(Tensor::zeros({1}, DType::i64));
-  try {
-    g.allgather(all, mine)->wait(g.timeout());
-  } catch (const Error& e) {
-    if (elastic.rank() == 0) std::printf("replicas: not checked (%s)\n", e.what());
-    return;
-  }
-  bool same = true;
-  for (const Tensor& t : all) same = same && t.item<int64_t>() == mine.item<int64_t>();
-  if (elastic.rank() == 0)
-    std::printf("replicas: %s after generation %lld (%d ranks, step %lld)\n",
-                same ? "identical" : "DIFFER", (long long)elastic.generation(), g.size(),
-                (long long)elastic.step());
-}
-
-double unix_seconds() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace
 
 int run_fault_tolerant(const Options& o) {
@@ -119,9 +77,7 @@ int run_fault_tolerant(const Options& o) {
   }
   auto store = dist::connect_store(env);
   const int64_t local_batch = o.batch_size / founders;
-  if (std::getenv("OMP_NUM_THREADS") == nullptr)
-    set_num_threads(std::max(1, int(std::thread::hardware_concurrency()) /
-                                    std::max(1, env.local_world_size)));
+  examples::set_cpu_threads(env);
   const Device device = Device::cpu();
   manual_seed(uint64_t(o.seed));
 
@@ -137,16 +93,11 @@ int run_fault_tolerant(const Options& o) {
   // many founding-world steps as the samples consumed so far fill, so a
   // heal changes neither the schedule nor its end.
   const int64_t steps_per_epoch = sampler.steps_left(founders);
-  const int64_t schedule_steps = steps_per_epoch * o.epochs;
+  Recipe recipe = make_recipe(*model, o, steps_per_epoch);
+  const int64_t schedule_steps = recipe.schedule_steps;
   const int64_t stop_step = o.max_steps > 0 ? std::min(o.max_steps, schedule_steps) : schedule_steps;
-  const int64_t warmup = o.warmup_steps >= 0
-                             ? std::min(o.warmup_steps, schedule_steps)
-                             : std::min(schedule_steps, int64_t(std::llround(o.warmup_epochs *
-                                                                              steps_per_epoch)));
-  optim::SGD opt(examples::decay_groups(*model), o.lr,
-                 {.momentum = o.momentum, .weight_decay = o.weight_decay,
-                  .nesterov = o.momentum > 0});
-  optim::WarmupCosineLR sched(opt, schedule_steps, {.warmup_steps = warmup, .min_lr = o.min_lr});
+  optim::SGD& opt = *recipe.opt;
+  const optim::WarmupCosineLR& sched = *recipe.sched;
   io::Checkpoint state;  // with the default generator
   state.add("model", model).add("optimizer", opt).add("sampler", sampler);
   auto set_lr = [&] {
@@ -155,25 +106,13 @@ int run_fault_tolerant(const Options& o) {
     for (size_t g = 0; g < opt.param_groups().size(); ++g) opt.param_groups()[g].lr = sched.lr_at(k, g);
   };
 
-  parallel::ElasticOptions eo;
-  eo.min_size = env.elastic ? env.elastic_min : 1;
-  eo.max_size = env.elastic ? env.elastic_max : 0;
-  eo.job_token = env.elastic_token;
+  const parallel::ElasticOptions eo = examples::elastic_options(env);
   examples::Stopwatch join_clock;
   parallel::ElasticGroup elastic(store, env.rank, founders, state, eo);
   const bool joined_late = elastic.joins() > 0;
   parallel::DistributedDataParallel ddp_model(
       model, elastic.group(), {.bucket_cap_mb = o.bucket_cap_mb, .fault_tolerant = true});
-  elastic.on_change([&] {
-    ddp_model.reset_group(elastic.group());
-    if (o.check_replicas) check_replicas(elastic, *model, opt);
-    if (elastic.rank() == 0)
-      std::printf("membership: generation %lld, %d rank(s) (replicas %s) at step %lld\n",
-                  (long long)elastic.generation(), elastic.size(),
-                  fmt::format("{}", fmt::join(elastic.members(), ",")).c_str(),
-                  (long long)elastic.step());
-    std::fflush(stdout);
-  });
+  examples::follow_membership(elastic, ddp_model, *model, opt, o.check_replicas);
   if (elastic.rank() == 0) {
     std::printf("train_resnet: %s on %s, fault-tolerant, %d rank(s) (min %d, max %d), %s\n",
                 o.model.c_str(), d.train->describe().c_str(), elastic.size(), eo.min_size,
@@ -183,18 +122,13 @@ int run_fault_tolerant(const Options& o) {
                 (long long)o.batch_size);
     std::fflush(stdout);
   }
-  if (joined_late) {
-    std::printf("replica %d joined at step %lld after %.2f s\n", env.rank,
-                (long long)elastic.step(), join_clock.seconds());
-    // The members check in their on_change, which ran before ours existed.
-    if (o.check_replicas) check_replicas(elastic, *model, opt);
-  }
+  if (joined_late) examples::report_join(elastic, join_clock.seconds(), *model, opt, o.check_replicas);
 
   auto step_indices = std::make_shared<StepIndices>();
   data::DataLoader loader(d.train, {.batch_size = local_batch, .num_workers = 0,
                                     .seed = uint64_t(o.seed), .device = device},
                           step_indices, d.train_transforms);
-  std::optional<examples::MetricsFile> commits;
+  examples::CommitLog commits(o.metrics, "images");
   examples::Stopwatch train_clock;
   const int64_t first_step = elastic.step();
   int64_t images = 0;  // committed by the job while this process was a member
@@ -234,16 +168,8 @@ int run_fault_tolerant(const Options& o) {
     images += b.global_count;
     loss_sum += loss_value;  // rank 0's mean over its real samples
     ++loss_steps;
+    commits.write(elastic, b.global_count);
     if (elastic.rank() == 0) {
-      if (!commits && !o.metrics.empty()) commits.emplace(o.metrics, 0, /*append=*/true);
-      if (commits)
-        // Full precision: the wall time is read to the millisecond.
-        commits->write(io::json::Object({.significant_digits = 17})
-                           .add("step", step + 1)
-                           .add("time", unix_seconds())
-                           .add("world_size", elastic.size())
-                           .add("generation", elastic.generation())
-                           .add("images", b.global_count));
       if ((step + 1) % o.log_every == 0 || done()) {
         std::printf("step %lld/~%lld  epoch %lld  loss %.4f  lr %.4f  world %d  %.0f img/s\n",
                     (long long)(step + 1), (long long)stop_step, (long long)sampler.epoch() + 1,

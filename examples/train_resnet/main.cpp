@@ -158,18 +158,12 @@ int run(const Options& o) {
     cpu_loader.emplace(d.train, train_options, sampler, d.train_transforms);
   }
   const int64_t steps_per_epoch = gpu_loader ? gpu_loader->size() : cpu_loader->size();
-  const int64_t schedule_steps = steps_per_epoch * o.epochs;
+  train_resnet::Recipe recipe = train_resnet::make_recipe(*model, o, steps_per_epoch);
+  const int64_t schedule_steps = recipe.schedule_steps, warmup = recipe.warmup;
   const int64_t stop_step =
       o.max_steps > 0 ? std::min(o.max_steps, schedule_steps) : schedule_steps;
-  const int64_t warmup = o.warmup_steps >= 0
-                             ? std::min(o.warmup_steps, schedule_steps)
-                             : std::min(schedule_steps, int64_t(std::llround(o.warmup_epochs *
-                                                                              steps_per_epoch)));
-
-  optim::SGD opt(examples::decay_groups(*model), o.lr,
-                 {.momentum = o.momentum, .weight_decay = o.weight_decay,
-                  .nesterov = o.momentum > 0});
-  optim::WarmupCosineLR sched(opt, schedule_steps, {.warmup_steps = warmup, .min_lr = o.min_lr});
+  optim::SGD& opt = *recipe.opt;
+  optim::WarmupCosineLR& sched = *recipe.sched;
   amp::GradScaler scaler({.enabled = o.amp == "f16"});
   io::Checkpoint ckpt;
   ckpt.add("model", model).add("optimizer", opt).add("scheduler", sched).add("scaler", scaler);

@@ -3,6 +3,7 @@
 #include "train_resnet/setup.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -118,6 +119,23 @@ std::optional<DType> amp_dtype(const std::string& amp) {
   if (amp == "bf16") return DType::bf16;
   if (amp == "f16") return DType::f16;
   return std::nullopt;
+}
+
+Recipe make_recipe(const nn::Module& model, const Options& o, int64_t steps_per_epoch) {
+  Recipe r;
+  r.schedule_steps = steps_per_epoch * o.epochs;
+  r.warmup = o.warmup_steps >= 0
+                 ? std::min(o.warmup_steps, r.schedule_steps)
+                 : std::min(r.schedule_steps,
+                            int64_t(std::llround(o.warmup_epochs * double(steps_per_epoch))));
+  r.opt = std::make_unique<optim::SGD>(examples::decay_groups(model), o.lr,
+                                       optim::SGDOptions{.momentum = o.momentum,
+                                                         .weight_decay = o.weight_decay,
+                                                         .nesterov = o.momentum > 0});
+  r.sched = std::make_unique<optim::WarmupCosineLR>(
+      *r.opt, r.schedule_steps,
+      optim::WarmupCosineOptions{.warmup_steps = r.warmup, .min_lr = o.min_lr});
+  return r;
 }
 
 // Sharded evaluation: rank r sees positions r, r + R, ... of the unshuffled

@@ -1,6 +1,6 @@
 #pragma once
 // What both of train_resnet's loops use: the data, the model, the layout,
-// and test-set evaluation (main.cpp: plain DDP; fault_tolerant.cpp: DDP on
+// the optimizer and its schedule, and test-set evaluation (main.cpp: plain DDP; fault_tolerant.cpp: DDP on
 // an ElasticGroup).
 
 #include <cstdint>
@@ -12,6 +12,8 @@
 #include "ddp/data/data.h"
 #include "ddp/dist/init.h"
 #include "ddp/nn/models/resnet.h"
+#include "ddp/optim/lr_scheduler.h"
+#include "ddp/optim/sgd.h"
 #include "train_resnet/options.h"
 
 namespace train_resnet {
@@ -28,6 +30,17 @@ std::shared_ptr<ddp::nn::models::ResNet> make_model(const std::string& name, int
 std::optional<ddp::DType> amp_dtype(const std::string& amp);
 // Note [Trainer memory format] in setup.cpp.
 bool use_channels_last(const Options& o, const ddp::Device& device);
+
+// The recipe: SGD (Nesterov momentum, weight decay on matrices and
+// convolutions only) and warmup + cosine over --epochs epochs of
+// steps_per_epoch steps, the warmup from --warmup-steps or else
+// --warmup-epochs. The scheduler holds the optimizer, hence the pointers.
+struct Recipe {
+  int64_t schedule_steps = 0, warmup = 0;
+  std::unique_ptr<ddp::optim::SGD> opt;
+  std::unique_ptr<ddp::optim::WarmupCosineLR> sched;
+};
+Recipe make_recipe(const ddp::nn::Module& model, const Options& o, int64_t steps_per_epoch);
 
 struct EvalResult {
   double accuracy = 0, loss = 0;
