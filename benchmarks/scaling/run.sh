@@ -11,6 +11,19 @@
 #       [--warmup W] [--batch-size B] [--image-size I] [--bucket-caps 1,5,100]
 #       [--engines libddp,pytorch] [--modes ddp,no_comm,auto_buckets,zero1,powersgd]
 #       [--main PATH/scaling_main] [--python /usr/bin/python3]
+#       [--compute real|emulated] [--profile resnet50|gpt2|FILE]
+#       [--cluster-link-gbit G] [--stretch S] [--priority-buckets K]
+#       [--overlap-cap-mb C]
+#
+# Mode overlap (libddp only): DistributedDataParallel::overlap_step with K
+# priority buckets (default 4) and buckets of C MiB (default 25).
+#
+# --compute emulated (the GPU-regime twin, docs/benchmarks.md "GPU-regime
+# twin"): the model is the profile's layers (benchmarks/scaling/profiles/),
+# which sleep the profile's times x S while real gradients of the real
+# sizes go through DDP; the links are shaped to G / S Gbit/s (G default 25,
+# S default G / 2.5, so the shaped links run at 2.5 Gbit/s), and the rows
+# are in the emulated cluster's time. Modes ddp, no_comm, auto_buckets.
 #
 # Needs root (ip netns, tc). Exits 77 where namespaces cannot be made. The
 # namespaces are removed on exit, also on Ctrl-C or a kill (trap).
@@ -21,11 +34,13 @@ repo=$(cd "$here/../.." && pwd)
 nodes=1,2,4 gbit=1 steps=10 warmup=3 batch=32 image=32 json="" caps=""
 engines=libddp,pytorch modes=ddp,no_comm,auto_buckets,zero1,powersgd
 main=$repo/build/benchmarks/scaling/scaling_main python=/usr/bin/python3
-usage() { sed -n '9,13p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+compute=real profile="" cluster_gbit="" stretch="" gbit_given="" modes_given=""
+cluster_given="" stretch_given="" priority=4 overlap_cap=25
+usage() { sed -n '9,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=$2; shift 2 ;;
-    --gbit) gbit=$2; shift 2 ;;
+    --gbit) gbit=$2; gbit_given=1; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --warmup) warmup=$2; shift 2 ;;
     --batch-size) batch=$2; shift 2 ;;
@@ -33,14 +48,71 @@ while [ $# -gt 0 ]; do
     --json) json=$2; shift 2 ;;
     --bucket-caps) caps=$2; shift 2 ;;
     --engines) engines=$2; shift 2 ;;
-    --modes) modes=$2; shift 2 ;;
+    --modes) modes=$2; modes_given=1; shift 2 ;;
+    --compute) compute=$2; shift 2 ;;
+    --profile) profile=$2; shift 2 ;;
+    --cluster-link-gbit) cluster_gbit=$2; cluster_given=1; shift 2 ;;
+    --stretch) stretch=$2; stretch_given=1; shift 2 ;;
+    --priority-buckets) priority=$2; shift 2 ;;
+    --overlap-cap-mb) overlap_cap=$2; shift 2 ;;
     --main) main=$2; shift 2 ;;
     --python) python=$2; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "run.sh: unknown argument '$1'" >&2; usage ;;
   esac
 done
+# positive_number FLAG VALUE: exits 2 naming FLAG unless VALUE is a number > 0
+positive_number() {
+  case $2 in ''|.|*[!0-9.]*|*.*.*) echo "run.sh: $1 must be a positive number, got '$2'" >&2; exit 2 ;; esac
+  awk -v v="$2" 'BEGIN { exit !(v > 0) }' || { echo "run.sh: $1 must be a positive number, got '$2'" >&2; exit 2; }
+}
+case $priority in ''|*[!0-9]*|0) echo "run.sh: --priority-buckets must be a positive integer, got '$priority'" >&2; exit 2 ;; esac
+positive_number --overlap-cap-mb "$overlap_cap"
 case $gbit in ''|*[!0-9.]*) echo "run.sh: --gbit must be a number, got '$gbit'" >&2; exit 2 ;; esac
+case $compute in
+  real)
+    [ -z "$profile" ] || { echo "run.sh: --profile needs --compute emulated" >&2; exit 2; }
+    [ -z "$cluster_given$stretch_given" ] || { echo "run.sh: --cluster-link-gbit and --stretch need --compute emulated" >&2; exit 2; }
+    cluster_gbit=$gbit stretch=1 ;;
+  emulated)
+    [ -n "$profile" ] || { echo "run.sh: --compute emulated needs --profile resnet50|gpt2|FILE" >&2; exit 2; }
+    [ -z "$gbit_given" ] || { echo "run.sh: --gbit is cluster-link-gbit / stretch with --compute emulated; give --cluster-link-gbit (and --stretch)" >&2; exit 2; }
+    case $profile in
+      */*|*.json) profile_file=$profile ;;
+      *) profile_file=$here/profiles/$profile.json
+         [ -f "$profile_file" ] || { echo "run.sh: --profile: unknown profile '$profile' (resnet50, gpt2, or a JSON file)" >&2; exit 2; } ;;
+    esac
+    [ -r "$profile_file" ] && [ -f "$profile_file" ] || { echo "run.sh: --profile: cannot read '$profile_file'" >&2; exit 2; }
+    [ -n "$cluster_given" ] || cluster_gbit=25
+    positive_number --cluster-link-gbit "$cluster_gbit"
+    if [ -n "$stretch_given" ]; then
+      positive_number --stretch "$stretch"
+    else
+      stretch=$(awk -v g="$cluster_gbit" 'BEGIN { s = g / 2.5; if (s < 1) s = 1; printf "%g", s }')
+    fi
+    gbit=$(awk -v g="$cluster_gbit" -v s="$stretch" 'BEGIN { printf "%g", g / s }')
+    # The same checks both engines make, before any namespace exists.
+    "$python" - "$profile_file" <<'PY' || exit 2
+import json, sys
+path = sys.argv[1]
+try:
+    with open(path) as f:
+        p = json.load(f)
+    assert isinstance(p, dict), "the top level must be an object"
+    for k in ("name", "sample", "samples_per_step", "step_s", "optimizer_s", "layers"):
+        assert k in p, f'no key "{k}"'
+    assert isinstance(p["layers"], list) and p["layers"], '"layers" must be a non-empty list'
+    for l in p["layers"]:
+        for k in ("name", "params", "forward_s", "backward_s"):
+            assert isinstance(l, dict) and k in l, f'a layer without "{k}"'
+except (OSError, ValueError, AssertionError) as e:
+    print(f"run.sh: --profile: {path}: {e}", file=sys.stderr)
+    sys.exit(2)
+PY
+    profile_name=$("$python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["name"])' "$profile_file")
+    [ -n "$modes_given" ] || modes=ddp,no_comm ;;
+  *) echo "run.sh: --compute must be real or emulated, got '$compute'" >&2; exit 2 ;;
+esac
 for n in ${nodes//,/ }; do
   case $n in ''|*[!0-9]*|0) echo "run.sh: --nodes takes positive integers, got '$n'" >&2; exit 2 ;; esac
 done
@@ -89,6 +161,7 @@ for ((i = 0; i < max_n; i++)); do
   shape "$hub" "h${i}_$tag" || skip "tc tbf not permitted here"  # what it receives
 done
 echo "# $max_n namespaces on bridge $hub, links shaped to $gbit Gbit/s (tbf), rank i at $subnet.(i+1)"
+[ "$compute" = emulated ] && echo "# emulated compute: profile $profile_name ($profile_file), cluster link $cluster_gbit Gbit/s, time stretch $stretch"
 
 # ---- one run: N ranks of one engine and mode ------------------------------
 port=29700
@@ -104,12 +177,19 @@ run_one() {
   for ((i = 0; i < n; i++)); do
     local cmd
     if [ "$engine" = libddp ]; then
-      cmd=("$main" --mode "$mode" --model resnet18)
+      cmd=("$main" --mode "$mode")
+      [ "$compute" = real ] && cmd+=(--model resnet18)
+      [ "$mode" = overlap ] && cmd+=(--priority-buckets "$priority")
     else
       cmd=("$python" "$here/torch_twin.py" --mode "$mode")
     fi
-    cmd+=(--image-size "$image" --batch-size "$batch" --steps "$steps" --warmup "$warmup"
-          --bucket-cap-mb "$cap")
+    cmd+=(--steps "$steps" --warmup "$warmup" --bucket-cap-mb "$cap"
+          --compute "$compute" --cluster-link-gbit "$cluster_gbit" --link-gbit "$gbit")
+    if [ "$compute" = emulated ]; then
+      cmd+=(--profile "$profile_file" --stretch "$stretch")
+    else
+      cmd+=(--image-size "$image" --batch-size "$batch")
+    fi
     [ "$i" = 0 ] && cmd+=(--json "$out")
     ip netns exec "${spaces[$i]}" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
       MASTER_ADDR="$subnet.1" MASTER_PORT=$port GLOO_SOCKET_IFNAME="r${i}_$tag" \
@@ -129,7 +209,7 @@ run_one() {
     failed=1
     rm -f "$out"
   else
-    grep -h "images/s" "$work/$name.0.log" | sed 's/^/#   /'
+    grep -hE "^(scaling_main|torch_twin): " "$work/$name.0.log" | sed 's/^/#   /'
   fi
 }
 
@@ -137,7 +217,13 @@ for n in ${nodes//,/ }; do
   for engine in ${engines//,/ }; do
     for mode in ${modes//,/ }; do
       [ "$engine" = pytorch ] && [ "$mode" != ddp ] && [ "$mode" != no_comm ] && continue
-      run_one "$n" "$engine" "$mode" 25 "n${n}_${engine}_${mode}"
+      if [ "$compute" = emulated ] && { [ "$mode" = zero1 ] || [ "$mode" = powersgd ]; }; then
+        echo "# n${n}_${engine}_${mode}: skipped (not available with --compute emulated)"
+        continue
+      fi
+      cap=25
+      [ "$mode" = overlap ] && cap=$overlap_cap
+      run_one "$n" "$engine" "$mode" "$cap" "n${n}_${engine}_${mode}"
     done
     [ "$engine" = libddp ] || continue
     for cap in ${caps//,/ }; do
