@@ -5,8 +5,8 @@
 # timed steps, libddp and, where /usr/bin/python3 has torch, the PyTorch
 # twin. Checks the JSON rows: every (engine, mode) present, compute /
 # profile / cluster_link_gbit as asked, efficiency in (0, 1.2], exposed
-# communication >= 0 (and > 0 is not required: the numbers are noisy, but
-# a negative one beyond the noise would mean no_comm is slower than ddp),
+# communication >= -4 ms (> 0 is not required: two steps are noisy, but a
+# negative one beyond the noise would mean no_comm is slower than ddp),
 # the no_comm step within [0.95, 1.6] x the profile's step (the waits are
 # really taken, and stretched), the gradients checked on every rank (rank
 # 0 reports grad_check), and the same gradient element count on both
@@ -50,7 +50,8 @@ for (engine, mode), r in got.items():
         f"{name}: {r['grad_elements']} gradient elements, the profile has {profile['num_params']}"
     assert r["images_per_s"] > 0, f"{name}: images_per_s {r['images_per_s']}"
     assert 0 < r["efficiency"] <= 1.2, f"{name}: efficiency {r['efficiency']}"
-    assert r["exposed_comm_s"] >= 0, f"{name}: exposed_comm_s {r['exposed_comm_s']}"
+    # Two timed steps: a few ms of scheduling noise either way is expected.
+    assert r["exposed_comm_s"] >= -0.004, f"{name}: exposed_comm_s {r['exposed_comm_s']}"
     if mode == "no_comm":
         ratio = r["median_step_s"] / profile["step_s"]
         assert 0.95 <= ratio <= 1.6, f"{name}: step {r['median_step_s']} s is {ratio:.2f} x the profile's"
