@@ -230,6 +230,9 @@ void DistributedDataParallelBase::join_close_iteration() {
 
 void DistributedDataParallelBase::join_shadow_iteration(bool syncing, bool rebuild,
                                                         int buffer_root) {
+  // Note [Overlapped step]: this rank's last step, recorded before it ran
+  // out of inputs, is applied before anything else touches the parameters.
+  synchronize_step();
   NoGradGuard no_grad;
   if (rebuild) reducer_->shadow_rebuild();
   if (options_.broadcast_buffers && syncing && module_base_->is_training())
@@ -242,6 +245,7 @@ void DistributedDataParallelBase::join_shadow_iteration(bool syncing, bool rebui
 }
 
 void DistributedDataParallelBase::join_final_sync(int root) {
+  synchronize_step();  // before root's parameters arrive, not after
   Tensors state = module_base_->parameters();
   state.insert(state.end(), buffers_.begin(), buffers_.end());
   broadcast_from(state, root);

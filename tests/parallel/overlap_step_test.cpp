@@ -25,6 +25,7 @@
 #include "ddp/optim/lr_scheduler.h"
 #include "ddp/optim/sgd.h"
 #include "ddp/parallel/distributed.h"
+#include "ddp/parallel/join.h"
 #include "ddp/tensor/generator.h"
 #include "ddp/tensor/ops.h"
 #include "dist/store_test_util.h"
@@ -240,6 +241,43 @@ TEST(OverlapStep, GradientCopiesEqualPlainDdp) {
   Recipe view_off;
   view_off.ddp.gradient_as_bucket_view = false;
   expect_same_trajectory(threads2, view_off, 3, true);
+}
+
+// Note [Join] with uneven inputs: rank 1 runs out after one step and
+// shadows; its last step, recorded before it joined, must be applied before
+// the final broadcast, as plain DDP applied it at once.
+TEST(OverlapStep, JoinWithUnevenInputsEqualsPlainDdp) {
+  const std::vector<int> batches = {3, 1};
+  std::vector<std::vector<std::vector<double>>> params(2), states(2);
+  for (bool overlap : {false, true}) {
+    auto groups = thread_groups(2);
+    on_every_rank(2, [&](int rank) {
+      auto model = make_mlp();
+      DistributedDataParallel<nn::Sequential> ddp(
+          model, groups[size_t(rank)], {.bucket_cap_mb = 1e-6, .broadcast_buffers = false});
+      optim::SGD opt(model->parameters(), 0.1, {.momentum = 0.9});
+      if (overlap) ddp.overlap_step(opt, 3);
+      Join join({&ddp});
+      join.run([&] {
+        for (int step = 0; step < batches[size_t(rank)]; ++step) {
+          opt.zero_grad(false);
+          Tensor y = ddp(batch(rank, step));
+          sum(mul(y, y)).backward();
+          opt.step();
+        }
+      });
+      auto p = values(model->parameters());
+      auto st = values(opt.state_dict());
+      if (overlap) {
+        EXPECT_EQ(p, params[size_t(rank)]) << "rank " << rank << ": parameters";
+        EXPECT_EQ(st, states[size_t(rank)]) << "rank " << rank << ": optimizer state";
+      } else {
+        params[size_t(rank)] = p;
+        states[size_t(rank)] = st;
+      }
+    });
+  }
+  EXPECT_EQ(params[0], params[1]);
 }
 
 // Eight buckets (one per parameter, in reverse registration order); with
