@@ -180,6 +180,29 @@ def max_over_ranks(values):
     return t.tolist()
 
 
+def time_steps(a, ddp_model, run_step):
+    """--warmup untimed and --steps timed steps (inside no_sync for mode
+    no_comm); the whole time and each step's, the slowest rank's."""
+    def step():
+        if a.mode == "no_comm":
+            with ddp_model.no_sync():
+                run_step()
+        else:
+            run_step()
+
+    for _ in range(a.warmup):
+        step()
+    dist.barrier()
+    each = []
+    start = time.perf_counter()
+    for _ in range(a.steps):
+        t0 = time.perf_counter()
+        step()
+        each.append(time.perf_counter() - t0)
+    total = max_over_ranks([time.perf_counter() - start])[0]
+    return total, max_over_ranks(each)
+
+
 def median(v):
     v = sorted(v)
     n = len(v)
@@ -204,24 +227,7 @@ def run_emulated(a):
         ddp_model(x).backward()
         time.sleep(optimizer_s)  # the optimizer step, on the GPU
 
-    def step():
-        if a.mode == "no_comm":
-            with ddp_model.no_sync():
-                run_step()
-        else:
-            run_step()
-
-    for _ in range(a.warmup):
-        step()
-    dist.barrier()
-    each = []
-    start = time.perf_counter()
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        step()
-        each.append(time.perf_counter() - t0)
-    total = max_over_ranks([time.perf_counter() - start])[0]
-    each = max_over_ranks(each)
+    total, each = time_steps(a, ddp_model, run_step)
     per_use = (world + 1) / 2048.0 if a.mode != "no_comm" else grad_value(rank)
     bad = model.check_gradients(per_use)
     bad_all = max_over_ranks([float(len(bad))])[0]
@@ -294,24 +300,7 @@ def main():
         opt.step()
         opt.zero_grad()
 
-    def step():
-        if a.mode == "no_comm":
-            with ddp_model.no_sync():
-                run_step()
-        else:
-            run_step()
-
-    for _ in range(a.warmup):
-        step()
-    dist.barrier()
-    each = []
-    start = time.perf_counter()
-    for _ in range(a.steps):
-        t0 = time.perf_counter()
-        step()
-        each.append(time.perf_counter() - t0)
-    seconds = max_over_ranks([time.perf_counter() - start])[0]
-    each = max_over_ranks(each)
+    seconds, each = time_steps(a, ddp_model, run_step)
     images_per_s = a.batch_size * a.steps * world / seconds
     if rank == 0:
         print(f"torch_twin: {world} ranks, mode {a.mode}: {seconds / a.steps:.4f} s/step, "
