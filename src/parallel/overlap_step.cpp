@@ -51,14 +51,10 @@ void DistributedDataParallelBase::overlap_step(optim::Optimizer& optimizer, int 
   state->optimizer = &optimizer;
   state->priority_buckets = priority_buckets;
   // The reducer's numbering: the trainable parameters in named order.
+  const Tensors trainable = tuner_params();
   std::unordered_map<const TensorImpl*, size_t> index;
-  std::vector<std::string> names;
-  for (const auto& [name, p] : module_base_->named_parameters())
-    if (p.requires_grad()) {
-      index.emplace(p.impl(), names.size());
-      names.push_back(name);
-    }
-  state->number.assign(names.size(), -1);
+  for (size_t i = 0; i < trainable.size(); ++i) index.emplace(trainable[i].impl(), i);
+  state->number.assign(trainable.size(), -1);
   int64_t k = 0;
   for (const optim::ParamGroup& g : optimizer.param_groups())
     for (const Tensor& p : g.params) {
