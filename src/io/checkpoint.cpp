@@ -520,11 +520,12 @@ Checkpoint& Checkpoint::add(const std::string& name, SaveFn save, LoadFn load) {
 }
 
 Checkpoint& Checkpoint::add_per_rank(const std::string& name, SaveFn save, LoadPerRankFn load,
-                                     LoadFn restore) {
+                                     LoadFn restore, SaveFn peer_save) {
   check_name(name, "section", false);
   DDP_CHECK(save && load && restore,
             "Checkpoint: per-rank section '{}' needs a save, a load and a restore function", name);
-  sections_.push_back({name, std::move(save), std::move(restore), std::move(load)});
+  sections_.push_back(
+      {name, std::move(save), std::move(restore), std::move(load), std::move(peer_save)});
   return *this;
 }
 

@@ -48,6 +48,22 @@ Optimizer::Optimizer(std::string name, std::vector<ParamGroup> groups, double lr
   state_.resize(seen.size());
 }
 
+void Optimizer::reset_group_parameters(size_t g, Tensors params) {
+  DDP_CHECK(deferral_ == nullptr, "{}: its parameters cannot change while steps are deferred",
+            name_);
+  DDP_CHECK(g < groups_.size(), "{}: no parameter group {} (it has {})", name_, g, groups_.size());
+  DDP_CHECK(!params.empty(), "{}: parameter group {} would have no parameters", name_, g);
+  size_t count = 0;
+  for (size_t k = 0; k < groups_.size(); ++k) count += k == g ? params.size() : groups_[k].params.size();
+  for (const Tensor& p : params)
+    DDP_CHECK(p.defined() && is_floating(p.dtype()) && p.is_leaf() && p.requires_grad(),
+              "{}: a new parameter of group {} ({}) must be a floating leaf tensor that requires "
+              "grad",
+              name_, g, p.describe());
+  groups_[g].params = std::move(params);
+  state_.assign(count, TensorDict());
+}
+
 namespace {
 
 // zero_grad's work on one parameter.

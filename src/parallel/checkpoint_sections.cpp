@@ -90,7 +90,10 @@ void add_checkpoint_section(io::Checkpoint& checkpoint, const std::string& name,
   auto load = [&zero](const io::Checkpoint::RankFiles& files) {
     std::vector<TensorDict> shards;
     for (int r = 0; r < files.saved_world_size; ++r) shards.push_back(files.read(r));
-    zero.load_sharded_state_dict(shards);
+    if (files.from_peers)
+      zero.load_peer_shards(shards);  // Note [ZeRO-1 in an elastic job]
+    else
+      zero.load_sharded_state_dict(shards);
   };
   // The rollback puts back this rank's own shard as sharded_state_dict()
   // gave it, at the same world size: only the local optimizer's part.
@@ -103,7 +106,8 @@ void add_checkpoint_section(io::Checkpoint& checkpoint, const std::string& name,
     zero.param_groups()[0].weight_decay = zero.local_optimizer().param_groups()[0].weight_decay;
   };
   checkpoint.add_per_rank(
-      name, [&zero] { return zero.sharded_state_dict(); }, load, restore);
+      name, [&zero] { return zero.sharded_state_dict(); }, load, restore,
+      [&zero] { return zero.peer_shard(); });
 }
 
 void add_checkpoint_section(io::Checkpoint& checkpoint, const std::string& name,
@@ -111,6 +115,12 @@ void add_checkpoint_section(io::Checkpoint& checkpoint, const std::string& name,
   DDP_CHECK(state != nullptr, "add_checkpoint_section: PowerSGD section '{}' is a null pointer",
             name);
   auto load = [state, name](const io::Checkpoint::RankFiles& files) {
+    if (files.from_peers) {  // Note [PowerSGD in an elastic job]
+      DDP_CHECK(files.saved_world_size >= 1, "PowerSGD section '{}': no member sent its state",
+                name);
+      state->load_peer_state(files.read(0));
+      return;
+    }
     DDP_CHECK(files.saved_world_size == files.world_size,
               "PowerSGD section '{}': saved by {} ranks, loaded by {}; its error memory is each "
               "rank's own residual, so it resumes only at the same world size (leave the section "

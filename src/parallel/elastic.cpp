@@ -13,6 +13,7 @@
 #include "ddp/parallel/elastic.h"
 
 #include <algorithm>
+#include <map>
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -20,6 +21,7 @@
 
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
+#include "ddp/parallel/checkpoint_sections.h"
 #include "elastic_state.h"
 
 // Note [Elastic backends]
@@ -159,11 +161,6 @@ ElasticGroup::ElasticGroup(std::shared_ptr<dist::Store> store, int replica_id, i
   DDP_CHECK(options_.timeout.count() > 0 && options_.settle.count() > 0 &&
                 options_.join_timeout.count() > 0,
             "ElasticGroup: timeout, settle and join_timeout must be > 0");
-  for (const auto& s : state_.sections())
-    DDP_CHECK_T(NotImplementedError, !s.per_rank(),
-                "ElasticGroup: per-rank checkpoint section '{}' (ZeRO-1, PowerSGD) cannot be sent "
-                "to a joining rank yet; use plain DDP with an elastic group",
-                s.name);
   if (options_.job_token.empty())
     if (const char* t = std::getenv("DDP_ELASTIC_TOKEN")) options_.job_token = t;
   // Membership is found by the heal; a long roll call would only delay it.
@@ -234,6 +231,10 @@ bool ElasticGroup::found(int world_size) {
   // before the group stands makes the others heal at once.
   try {
     enter(0, members, /*sync_all=*/true);
+    // Nothing per rank to exchange among founders: each starts from its own
+    // (fresh, or what it loads from a checkpoint next).
+    exchange_due_ = false;
+    snapshot_.reset();
   } catch (const Error& e) {
     if (!is_communication_error(e)) throw;
     DDP_LOG_WARNING("elastic: forming generation 0 failed: {}", e.what());
@@ -272,6 +273,8 @@ void ElasticGroup::join() {
     if (std::none_of(ms.begin(), ms.end(), [&](const Member& m) { return m.id == id_; }))
       continue;  // the step that admitted us was aborted: ask again
     has_state_ = false;
+    holds_per_rank_ = false;
+    snapshot_.reset();
     step_ = -1;
     ++joins_;
     enter(g, ms);
@@ -331,6 +334,7 @@ bool ElasticGroup::run_step(const std::function<void()>& compute,
                             const std::function<void()>& apply) {
   std::string failure;
   try {
+    if (exchange_due_) exchange_per_rank();  // Note [Elastic per-rank state]
     compute();
   } catch (const Error& e) {
     if (!is_communication_error(e)) throw;
@@ -355,8 +359,21 @@ bool ElasticGroup::run_step(const std::function<void()>& compute,
   }
 
   if (decision.rfind("commit", 0) == 0) {
-    apply();
+    std::string apply_failure;
+    try {
+      apply();
+    } catch (const Error& e) {
+      if (!is_communication_error(e)) throw;
+      apply_failure = e.what();
+    }
     ++step_;
+    if (!apply_failure.empty()) {  // Note [Elastic commit]: applied, then heal
+      DDP_LOG_WARNING("elastic: step {} of generation {} was committed, but its apply failed on "
+                      "replica {}: {}",
+                      step_ - 1, generation_, id_, apply_failure);
+      heal();
+      return true;
+    }
     auto f = split(decision, '\t');
     if (f.size() == 2) {
       const int64_t g = std::stoll(f[1]);
@@ -420,7 +437,9 @@ void ElasticGroup::heal() {
       DDP_LOG_WARNING("elastic: generation {} without replica(s) {}: {} member(s)", g,
                       ids_text(lost), ms.size());
     try {
-      enter(g, ms);
+      // Note [Elastic per-rank state]: a ZeRO-1 member lost in an
+      // all-gather leaves its elements differing, so rank 0 sends the model.
+      enter(g, ms, /*sync_all=*/state_.has_per_rank_sections());
       return;
     } catch (const Error& e) {
       if (!is_communication_error(e)) throw;
@@ -431,6 +450,7 @@ void ElasticGroup::heal() {
 
 // Note [Elastic membership]: the new group, then the state for those who lack it.
 void ElasticGroup::enter(int64_t generation, const std::vector<Member>& members, bool sync_all) {
+  snapshot_per_rank();
   generation_ = generation;
   members_.clear();
   int64_t newest = -1;
@@ -452,7 +472,83 @@ void ElasticGroup::enter(int64_t generation, const std::vector<Member>& members,
                                              options_.device);
     has_state_ = true;
   }
+  exchange_due_ = true;
   for (const auto& fn : on_change_) fn();
+}
+
+// Note [Elastic per-rank state]: taken once per change, before on_change
+// re-cuts anything, and kept until an exchange has loaded it.
+void ElasticGroup::snapshot_per_rank() {
+  if (!holds_per_rank_ || snapshot_) return;
+  snapshot_.emplace();
+  for (const auto& section : state_.sections())
+    if (section.per_rank()) snapshot_->emplace_back(section.name, section.save_for_peers());
+}
+
+void ElasticGroup::exchange_per_rank() {
+  // Who holds a snapshot (of which sections), and which sections each has.
+  auto names_of = [](const std::vector<std::string>& names) {
+    return fmt::format("{}", fmt::join(names, ","));
+  };
+  std::vector<std::string> sent, registered;
+  if (snapshot_)
+    for (const auto& [name, dict] : *snapshot_) sent.push_back(name);
+  for (const auto& section : state_.sections())
+    if (section.per_rank()) registered.push_back(section.name);
+  const std::string mine =
+      fmt::format("{}\t{}\t{}", snapshot_ ? 1 : 0, names_of(sent), names_of(registered));
+  const std::vector<std::string> all = checkpoint_exchange(group_, options_.device)(mine);
+  std::vector<int> holders;
+  std::string holder_sections;
+  for (int r = 0; r < size(); ++r) {
+    auto f = split(all[size_t(r)], '\t');
+    while (f.size() < 3) f.push_back("");
+    if (f[0] != "1") continue;
+    if (holders.empty()) holder_sections = f[1];
+    DDP_CHECK(f[1] == holder_sections,
+              "elastic: replicas {} and {} hold different per-rank sections ('{}' and '{}')",
+              members_[size_t(holders.empty() ? r : holders.front())], members_[size_t(r)],
+              holder_sections, f[1]);
+    holders.push_back(r);
+  }
+  DDP_CHECK(!holders.empty(), "elastic: no member of generation {} holds the job's state",
+            generation_);
+  const auto wanted = split(holder_sections, ',');
+  for (int r = 0; r < size(); ++r) {
+    auto f = split(all[size_t(r)], '\t');
+    const auto has = split(f.size() > 2 ? f[2] : "", ',');
+    for (const std::string& name : wanted)
+      DDP_CHECK_T(ValueError, name.empty() || std::find(has.begin(), has.end(), name) != has.end(),
+                  "elastic: replica {} has no per-rank section '{}', which the members holding "
+                  "the job's state sent; add it (parallel::add_checkpoint_section) before the "
+                  "first run_step",
+                  members_[size_t(r)], name);
+  }
+  // Every holder's snapshot, in rank order; then the loads, which are local.
+  std::map<std::string, std::vector<TensorDict>> by_section;
+  int own = -1;
+  for (size_t h = 0; h < holders.size(); ++h) {
+    const bool me = holders[h] == rank_;
+    if (me) own = int(h);
+    const auto got = detail::broadcast_dicts(*group_, "", me ? *snapshot_ : detail::NamedDicts{},
+                                             holders[h], options_.device);
+    for (const auto& [name, dict] : got.dicts) by_section[name].push_back(dict);
+  }
+  for (const auto& section : state_.sections()) {
+    if (!section.per_rank() || !by_section.count(section.name)) continue;
+    const std::vector<TensorDict>& states = by_section.at(section.name);
+    io::Checkpoint::RankFiles files;
+    files.saved_world_size = int(states.size());
+    files.rank = rank_;
+    files.world_size = size();
+    files.read = [&states](int k) { return states.at(size_t(k)); };
+    files.from_peers = true;
+    files.own = own;
+    section.load_per_rank(files);
+  }
+  snapshot_.reset();
+  holds_per_rank_ = true;
+  exchange_due_ = false;
 }
 
 void ElasticGroup::close_group(bool failed) {

@@ -70,25 +70,21 @@ Device travel_device(const dist::ProcessGroup& group, DeviceType t, const Device
 
 }  // namespace
 
-int64_t broadcast_training_state(dist::ProcessGroup& group, io::Checkpoint& state, int64_t step,
-                                 int root, const Device& compute) {
+BroadcastDicts broadcast_dicts(dist::ProcessGroup& group, const std::string& header,
+                               const NamedDicts& dicts, int root, const Device& compute) {
   NoGradGuard no_grad;
   const bool sending = group.rank() == root;
   const Device control = dist::control_device(group, compute);
-  // The listing: "step N", then per section "section NAME", one
-  // "tensor NAME SHAPE DTYPE DEVICE_TYPE" per tensor, and "generator NAME
-  // SEED OFFSET".
+  // The listing: the header's lines, then per dict "section NAME" and one
+  // "tensor NAME SHAPE DTYPE DEVICE_TYPE" per tensor.
   std::vector<Tensor> tensors;
   std::vector<DeviceType> homes;  // the device type each tensor lives on
   std::string listing;
   if (sending) {
-    listing = "step\t" + std::to_string(step) + "\n";
-    for (const auto& section : state.sections()) {
-      DDP_CHECK_T(NotImplementedError, !section.per_rank(),
-                  "elastic: per-rank checkpoint section '{}' cannot be sent to a joining rank yet",
-                  section.name);
-      listing += "section\t" + section.name + "\n";
-      for (const auto& [name, t] : section.save()) {
+    listing = header;
+    for (const auto& [section, dict] : dicts) {
+      listing += "section\t" + section + "\n";
+      for (const auto& [name, t] : dict) {
         const DeviceType home = t.device().type;
         tensors.push_back(t.contiguous().to(travel_device(group, home, compute)));
         homes.push_back(home);
@@ -96,19 +92,12 @@ int64_t broadcast_training_state(dist::ProcessGroup& group, io::Checkpoint& stat
                                dtype_name(t.dtype()), type_text(home));
       }
     }
-    for (const auto& [name, g] : state.generators())
-      listing += fmt::format("generator\t{}\t{}\t{}\n", name, g->seed(), g->offset());
   }
   listing = broadcast_text(group, listing, root, control);
 
   // Parse it (also on the root, which thereby checks its own listing).
-  struct Entry {
-    std::string section, name;
-  };
-  std::vector<Entry> entries;
-  std::map<std::string, std::pair<uint64_t, uint64_t>> generators;
-  std::vector<std::string> section_order;
-  int64_t sent_step = -1;
+  BroadcastDicts out;
+  std::vector<std::pair<size_t, std::string>> entries;  // (dict, tensor name)
   std::stringstream lines(listing);
   std::string line;
   size_t k = 0;
@@ -117,13 +106,11 @@ int64_t broadcast_training_state(dist::ProcessGroup& group, io::Checkpoint& stat
     std::stringstream fields(line);
     std::string field;
     while (std::getline(fields, field, '\t')) f.push_back(field);
-    if (f.size() == 2 && f[0] == "step") {
-      sent_step = std::stoll(f[1]);
-    } else if (f.size() == 2 && f[0] == "section") {
-      section_order.push_back(f[1]);
-    } else if (f.size() == 5 && f[0] == "tensor" && !section_order.empty() &&
+    if (f.size() == 2 && f[0] == "section") {
+      out.dicts.emplace_back(f[1], TensorDict());
+    } else if (f.size() == 5 && f[0] == "tensor" && !out.dicts.empty() &&
                (f[4] == "cpu" || f[4] == "cuda")) {
-      entries.push_back({section_order.back(), f[1]});
+      entries.emplace_back(out.dicts.size() - 1, f[1]);
       if (!sending) {
         const DeviceType home = f[4] == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
         const Device on = travel_device(group, home, compute);
@@ -132,34 +119,74 @@ int64_t broadcast_training_state(dist::ProcessGroup& group, io::Checkpoint& stat
         homes.push_back(home);
       }
       ++k;
-    } else if (f.size() == 4 && f[0] == "generator") {
-      generators[f[1]] = {std::stoull(f[2]), std::stoull(f[3])};
     } else {
-      DDP_THROW(ValueError, "elastic: a malformed state listing line '{}'", line);
+      DDP_CHECK(out.dicts.empty(), "elastic: a malformed state listing line '{}'", line);
+      out.header += line + "\n";
     }
   }
-  DDP_CHECK(k == tensors.size() && sent_step >= 0, "elastic: the state listing does not match");
+  DDP_CHECK(k == tensors.size(), "elastic: the state listing does not match");
 
   // One broadcast per device and dtype: a coalesced collective takes one of each.
   std::map<std::pair<std::string, DType>, Tensors> batches;
   for (const Tensor& t : tensors) batches[{t.device().str(), t.dtype()}].push_back(t);
   for (auto& [what, ts] : batches) group.broadcast(ts, root)->wait(group.timeout());
-  if (sending) return step;
-
-  // Each tensor goes home (CUDA tensors to this rank's GPU) before it is loaded.
-  std::map<std::string, TensorDict> dicts;
+  if (sending) {
+    out.dicts = dicts;
+    return out;
+  }
+  // Each tensor goes home (CUDA tensors to this rank's GPU).
   for (size_t i = 0; i < entries.size(); ++i) {
     const Device home =
         homes[i] == DeviceType::CUDA && compute.is_cuda() ? compute : Device::cpu();
-    dicts[entries[i].section].insert(entries[i].name, tensors[i].to(home));
+    out.dicts[entries[i].first].second.insert(entries[i].second, tensors[i].to(home));
   }
+  return out;
+}
+
+int64_t broadcast_training_state(dist::ProcessGroup& group, io::Checkpoint& state, int64_t step,
+                                 int root, const Device& compute) {
+  const bool sending = group.rank() == root;
+  // The header: "step N", and "generator NAME SEED OFFSET" per generator.
+  // Per-rank sections travel later, from every member that holds one (Note
+  // [Elastic per-rank state]).
+  std::string header;
+  NamedDicts dicts;
+  if (sending) {
+    header = "step\t" + std::to_string(step) + "\n";
+    for (const auto& section : state.sections())
+      if (!section.per_rank()) dicts.emplace_back(section.name, section.save());
+    for (const auto& [name, g] : state.generators())
+      header += fmt::format("generator\t{}\t{}\t{}\n", name, g->seed(), g->offset());
+  }
+  const BroadcastDicts got = broadcast_dicts(group, header, dicts, root, compute);
+  std::map<std::string, std::pair<uint64_t, uint64_t>> generators;
+  int64_t sent_step = -1;
+  std::stringstream lines(got.header);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> f;
+    std::stringstream fields(line);
+    std::string field;
+    while (std::getline(fields, field, '\t')) f.push_back(field);
+    if (f.size() == 2 && f[0] == "step")
+      sent_step = std::stoll(f[1]);
+    else if (f.size() == 4 && f[0] == "generator")
+      generators[f[1]] = {std::stoull(f[2]), std::stoull(f[3])};
+    else
+      DDP_THROW(ValueError, "elastic: a malformed state listing line '{}'", line);
+  }
+  DDP_CHECK(sent_step >= 0, "elastic: the state listing has no step");
+  if (sending) return step;
+
+  std::vector<std::string> sent;
+  for (const auto& [name, dict] : got.dicts) sent.push_back(name);
   for (const auto& section : state.sections()) {
-    auto it = dicts.find(section.name);
-    const bool listed = std::find(section_order.begin(), section_order.end(), section.name) !=
-                        section_order.end();
-    DDP_CHECK(listed, "elastic: the peer's state has no section '{}' (it has {})", section.name,
-              fmt::join(section_order, ", "));
-    section.load(it == dicts.end() ? TensorDict() : it->second);
+    if (section.per_rank()) continue;
+    auto it = std::find_if(got.dicts.begin(), got.dicts.end(),
+                           [&](const auto& d) { return d.first == section.name; });
+    DDP_CHECK(it != got.dicts.end(), "elastic: the peer's state has no section '{}' (it has {})",
+              section.name, fmt::join(sent, ", "));
+    section.load(it->second);
   }
   for (const auto& [name, g] : state.generators()) {
     auto it = generators.find(name);

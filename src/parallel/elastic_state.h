@@ -10,6 +10,8 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ddp/core/device.h"
 #include "ddp/dist/launch_env.h"
@@ -20,7 +22,19 @@
 
 namespace ddp::parallel::detail {
 
-// Rank `root` of `group` sends every section of `state`, its generators and
+using NamedDicts = std::vector<std::pair<std::string, TensorDict>>;
+struct BroadcastDicts {
+  std::string header;  // lines of free text
+  NamedDicts dicts;
+};
+// Rank `root` of `group` sends `header` (lines of text, none starting with
+// "section" or "tensor") and `dicts`; every rank gets them back. Tensors
+// travel as broadcast_training_state says. A collective of the whole group.
+BroadcastDicts broadcast_dicts(dist::ProcessGroup& group, const std::string& header,
+                               const NamedDicts& dicts, int root, const Device& compute);
+
+// Rank `root` of `group` sends every shared section of `state` (per-rank
+// ones travel apart: Note [Elastic per-rank state]), its generators and
 // `step`; every other rank loads them and gets root's step back. A
 // collective of the whole group. `compute` is this rank's device: the
 // listing travels on dist::control_device(group, compute), CUDA tensors on

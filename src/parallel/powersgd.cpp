@@ -168,7 +168,7 @@ BucketWork PowerSGDState::run(dist::ProcessGroup& group, GradBucket& bucket) {
   bool plain;
   {
     std::lock_guard<std::mutex> g(mu_);
-    plain = iteration_ < options_.start_powerSGD_iter;
+    plain = iteration_ < std::max(options_.start_powerSGD_iter, resume_at_);
     // The last bucket is launched after every other one of this backward.
     if (bucket.is_last) ++iteration_;
   }
@@ -417,6 +417,7 @@ TensorDict PowerSGDState::state_dict() const {
   out.insert("use_error_feedback", i64(options_.use_error_feedback));
   out.insert("warm_start", i64(options_.warm_start));
   out.insert("iteration", i64(iteration_));
+  if (resume_at_ > iteration_) out.insert("resume_at", i64(resume_at_));
   out.insert("numel_before_compression", i64(numel_before_));
   out.insert("numel_after_compression", i64(numel_after_));
   out.insert("generator.seed", i64(int64_t(generator_.seed())));
@@ -443,6 +444,7 @@ void PowerSGDState::load_state_dict(const TensorDict& dict) {
   expect_option("use_error_feedback", options_.use_error_feedback);
   expect_option("warm_start", options_.warm_start);
   const int64_t iteration = i64_of(dict, "iteration");
+  const int64_t resume_at = dict.contains("resume_at") ? i64_of(dict, "resume_at") : 0;
   const int64_t before = i64_of(dict, "numel_before_compression");
   const int64_t after = i64_of(dict, "numel_after_compression");
   const int64_t seed = i64_of(dict, "generator.seed"), offset = i64_of(dict, "generator.offset");
@@ -451,7 +453,8 @@ void PowerSGDState::load_state_dict(const TensorDict& dict) {
   std::map<int, std::shared_ptr<Bucket>> buckets;
   static const std::set<std::string> kTop = {
       "matrix_approximation_rank", "use_error_feedback", "warm_start", "iteration",
-      "numel_before_compression", "numel_after_compression", "generator.seed", "generator.offset"};
+      "numel_before_compression", "numel_after_compression", "generator.seed", "generator.offset",
+      "resume_at"};
   for (const auto& [key, t] : dict) {
     if (kTop.count(key)) continue;
     int index = -1;
@@ -487,11 +490,20 @@ void PowerSGDState::load_state_dict(const TensorDict& dict) {
   }
   std::lock_guard<std::mutex> g(mu_);
   iteration_ = iteration;
+  resume_at_ = resume_at;
   numel_before_ = before;
   numel_after_ = after;
   generator_.set_state(uint64_t(seed), uint64_t(offset));
   buckets_ = std::move(buckets);
   pending_.reset();
+}
+
+void PowerSGDState::load_peer_state(const TensorDict& dict) {
+  load_state_dict(dict);  // checks everything first
+  std::lock_guard<std::mutex> g(mu_);
+  buckets_.clear();
+  pending_.reset();
+  resume_at_ = iteration_ + 2;
 }
 
 CommHook powersgd_hook(PowerSGDOptions options) {

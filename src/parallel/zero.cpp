@@ -38,8 +38,7 @@ size_t optimizer_state_bytes(const optim::Optimizer& opt) {
 // ---- the layout ----------------------------------------------------------
 
 ZeroShared::ZeroShared(DistributedDataParallelBase& ddp, Tensors model_params)
-    : group(&ddp.group()), rank(ddp.group().rank()), world(ddp.group().size()),
-      params(std::move(model_params)) {
+    : ddp(&ddp), params(std::move(model_params)) {
   const char* who = "ZeroRedundancyOptimizer";
   DDP_CHECK_T(ValueError, !ddp.options().rebuild_buckets,
               "{}: the wrapped DistributedDataParallel must use rebuild_buckets = false (the "
@@ -49,7 +48,20 @@ ZeroShared::ZeroShared(DistributedDataParallelBase& ddp, Tensors model_params)
               "{}: find_unused_parameters is not supported (a shard cannot leave one "
               "parameter's gradient undefined)",
               who);
-  const auto assignment = ddp.reducer().bucket_assignment();
+  lay_out();
+}
+
+void ZeroShared::lay_out() {
+  const char* who = "ZeroRedundancyOptimizer";
+  group = &ddp->group();
+  rank = group->rank();
+  world = group->size();
+  buckets.clear();
+  segments.clear();
+  segment_params.clear();
+  gather_pending = false;
+  clear_grads_due = false;
+  const auto assignment = ddp->reducer().bucket_assignment();
   NoGradGuard no_grad;
   for (size_t b = 0; b < assignment.size(); ++b) {
     BucketShard s;
@@ -96,6 +108,13 @@ ZeroShared::ZeroShared(DistributedDataParallelBase& ddp, Tensors model_params)
 
 // Note [ZeRO-1 shards]: the bucket's averaged chunk goes to its owner.
 BucketWork ZeroShared::reduce_scatter_hook(dist::ProcessGroup& g, GradBucket& bucket) {
+  // Note [ZeRO-1 in an elastic job]: the shards were cut for another group.
+  DDP_CHECK_T(ValueError, &g == group,
+              "ZeroRedundancyOptimizer: the DistributedDataParallel's process group changed "
+              "(reset_group) but the shards were cut for the old one ({} ranks); in an elastic "
+              "job add the optimizer to the ElasticGroup's state with "
+              "parallel::add_checkpoint_section, which re-cuts them",
+              world);
   DDP_CHECK_T(ValueError, bucket.index >= 0 && size_t(bucket.index) < buckets.size(),
               "ZeroRedundancyOptimizer: bucket {} is not one of the {} buckets it was built for",
               bucket.index, buckets.size());
@@ -221,6 +240,7 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::shared_ptr<ZeroShared> sha
   DDP_CHECK_T(ValueError, make_local != nullptr,
               "ZeroRedundancyOptimizer: no local optimizer factory given (use zero_sgd or "
               "zero_adamw)");
+  make_local_ = make_local;
   local_ = make_local({optim::ParamGroup{shared_->segment_params, {}, {}}});
   DDP_CHECK_T(ValueError, local_ != nullptr, "ZeroRedundancyOptimizer: the factory built nothing");
   DDP_CHECK_T(ValueError, local_->name() == "SGD" || local_->name() == "AdamW",

@@ -27,6 +27,9 @@ struct ZeroShared {
   };
 
   ZeroShared(DistributedDataParallelBase& ddp, Tensors model_params);
+  // Cuts the shards for the DDP's current group and buckets (again after
+  // reset_group: Note [ZeRO-1 in an elastic job]); drops any gather in flight.
+  void lay_out();
 
   BucketWork reduce_scatter_hook(dist::ProcessGroup& g, GradBucket& bucket);
   // After the shard's step: pack it and start one all-gather per bucket.
@@ -34,9 +37,10 @@ struct ZeroShared {
   // Before the next forward: wait, copy into the parameters, clear .grad.
   void finish_all_gather();
 
-  dist::ProcessGroup* group;  // the DDP's group; DDP outlives the training loop
-  int rank;
-  int world;
+  DistributedDataParallelBase* ddp;  // outlives the training loop
+  dist::ProcessGroup* group = nullptr;  // the DDP's group when the shards were cut
+  int rank = 0;
+  int world = 1;
   Tensors params;  // the DDP's trainable parameters, in the Reducer's numbering
   std::vector<BucketShard> buckets;
   std::vector<ZeroSegment> segments;  // this rank's, bucket by bucket

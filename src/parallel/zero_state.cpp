@@ -15,6 +15,7 @@
 #include "ddp/parallel/zero.h"
 #include "ddp/tensor/dense_layout.h"
 #include "ddp/tensor/memory_format.h"
+#include "ddp/tensor/ops.h"
 #include "parallel/zero_shared.h"
 
 namespace ddp::parallel {
@@ -110,16 +111,24 @@ TensorDict ZeroRedundancyOptimizer::sharded_state_dict() const {
 }
 
 void ZeroRedundancyOptimizer::load_sharded_state_dict(const std::vector<TensorDict>& shards) {
+  load_shards_into_local(shards, /*partial=*/false);
+}
+
+void ZeroRedundancyOptimizer::load_shards_into_local(const std::vector<TensorDict>& shards,
+                                                     bool partial) {
   const ZeroShared& me = *shared_;
   DDP_CHECK_T(ValueError, !shards.empty(), "{}: no shards given", kWho);
-  const size_t world = shards.size();
+  const size_t world = size_t(scalar_of(shards[0], "zero.world_size", 0));
+  DDP_CHECK_T(ValueError, world >= shards.size(),
+              "{}: {} shards were given, but they were saved by a job of {} ranks", kWho,
+              shards.size(), world);
   std::vector<const TensorDict*> by_rank(world, nullptr);
-  for (size_t k = 0; k < world; ++k) {
+  for (size_t k = 0; k < shards.size(); ++k) {
     const double w = scalar_of(shards[k], "zero.world_size", k);
-    DDP_CHECK_T(ValueError, w == double(world),
+    DDP_CHECK_T(ValueError, w == double(world) && (partial || shards.size() == world),
                 "{}: shard {} was saved by a job of {} ranks, but {} shards were given; pass the "
                 "shard of every rank of the saving job",
-                kWho, k, w, world);
+                kWho, k, w, shards.size());
     const double r = scalar_of(shards[k], "zero.rank", k);
     DDP_CHECK_T(ValueError, r >= 0 && r < double(world) && by_rank[size_t(r)] == nullptr,
                 "{}: shard {} claims rank {}, which is out of range or given twice", kWho, k, r);
@@ -139,6 +148,7 @@ void ZeroRedundancyOptimizer::load_sharded_state_dict(const std::vector<TensorDi
   std::vector<FullState> full(me.params.size());
   NoGradGuard no_grad;
   for (size_t r = 0; r < world; ++r) {
+    if (by_rank[r] == nullptr) continue;  // lost (partial only)
     const TensorDict& shard = *by_rank[r];
     const Tensor segs = tensor_of(shard, "zero.segments", r).cpu().to(DType::i64);
     DDP_CHECK_T(ValueError, segs.dim() == 2 && segs.size(1) == 3,
@@ -182,7 +192,7 @@ void ZeroRedundancyOptimizer::load_sharded_state_dict(const std::vector<TensorDi
       }
     }
   }
-  for (size_t i = 0; i < full.size(); ++i) {
+  for (size_t i = 0; i < full.size() && !partial; ++i) {
     const auto& c = full[i].covered;
     if (c.empty()) continue;
     const auto missing = std::find(c.begin(), c.end(), 0);
@@ -192,11 +202,30 @@ void ZeroRedundancyOptimizer::load_sharded_state_dict(const std::vector<TensorDi
                 kWho, missing - c.begin(), i);
   }
 
+  // Note [ZeRO-1 in an elastic job]: a lost shard's elements restart from
+  // zero, but a second moment of zero beside the parameter's step count
+  // would make AdamW's first update of them (1 - beta1) / sqrt(1 - beta2)
+  // times too large; they get the mean of the parameter's surviving ones.
+  if (partial)
+    for (FullState& f : full) {
+      const auto& c = f.covered;
+      const int64_t kept = std::count(c.begin(), c.end(), char(1));
+      if (c.empty() || kept == int64_t(c.size()) || kept == 0) continue;
+      std::vector<double> keep(c.begin(), c.end());
+      for (auto& [name, flat] : f.flat) {
+        if (name != "exp_avg_sq" && name != "max_exp_avg_sq") continue;
+        const Tensor mask = Tensor::from_vector(keep, {int64_t(keep.size())}).to(flat.dtype());
+        const double mean = sum(flat * mask).to(DType::f64).item<double>() / double(kept);
+        flat = flat * mask + (mask - 1.0) * (-mean);
+      }
+    }
+
   // Note [ZeRO-1 checkpoints across layouts]: a parameter saved in another
   // memory order (a contiguous job resumed channels-last, or the reverse)
   // has its state re-laid into this one's. Shards without the record were
   // saved contiguous.
-  if (const Tensor* saved = by_rank[0]->find("zero.dim_orders")) {
+  const TensorDict& first = shards[0];
+  if (const Tensor* saved = first.find("zero.dim_orders")) {
     const Tensor orders = saved->cpu().to(DType::i64);
     DDP_CHECK_T(ValueError,
                 orders.dim() == 2 && orders.size(0) == int64_t(me.params.size()) &&
@@ -223,7 +252,7 @@ void ZeroRedundancyOptimizer::load_sharded_state_dict(const std::vector<TensorDi
 
   // This rank's segments, in the local optimizer's layout.
   TensorDict local;
-  for (const auto& [key, t] : *by_rank[0])
+  for (const auto& [key, t] : first)
     if (key.rfind("local.param_groups.", 0) == 0 && key != "local.param_groups.0.params")
       local.insert(key.substr(6), t);
   std::vector<int64_t> numbers;
@@ -242,6 +271,68 @@ void ZeroRedundancyOptimizer::load_sharded_state_dict(const std::vector<TensorDi
   local_->load_state_dict(local);
   param_groups()[0].lr = local_->param_groups()[0].lr;
   param_groups()[0].weight_decay = local_->param_groups()[0].weight_decay;
+}
+
+TensorDict ZeroRedundancyOptimizer::peer_shard() const {
+  TensorDict out = sharded_state_dict();
+  for (size_t k = 0; k < shared_->segment_params.size(); ++k)
+    out.insert("zero.values." + std::to_string(k), shared_->segment_params[k].detach().clone());
+  return out;
+}
+
+void ZeroRedundancyOptimizer::load_peer_shards(const std::vector<TensorDict>& shards) {
+  const char* who = "ZeroRedundancyOptimizer.load_peer_shards";
+  ZeroShared& me = *shared_;
+  DDP_CHECK_T(ValueError, !me.gather_pending,
+              "{}: the last step's all-gather is still in flight; call synchronize_parameters() "
+              "in the elastic step's apply (Note [ZeRO-1 in an elastic job])",
+              who);
+  DDP_CHECK_T(ValueError, !shards.empty(), "{}: no shards given", who);
+  // Every value is checked before anything changes.
+  struct Write {
+    size_t param;
+    int64_t offset;
+    Tensor values;
+  };
+  std::vector<Write> writes;
+  for (size_t r = 0; r < shards.size(); ++r) {
+    const Tensor segs = tensor_of(shards[r], "zero.segments", r).cpu().to(DType::i64);
+    DDP_CHECK_T(ValueError, segs.dim() == 2 && segs.size(1) == 3,
+                "{}: shard {}: zero.segments must be [n, 3], got {}", who, r,
+                shape_str(segs.shape()));
+    const int64_t* v = segs.data<int64_t>();
+    for (int64_t k = 0; k < segs.size(0); ++k) {
+      const int64_t i = v[3 * k], off = v[3 * k + 1], len = v[3 * k + 2];
+      const Tensor& values = tensor_of(shards[r], "zero.values." + std::to_string(k), r);
+      DDP_CHECK_T(ValueError,
+                  i >= 0 && size_t(i) < me.params.size() && off >= 0 && len > 0 &&
+                      off + len <= me.params[size_t(i)].numel() && values.numel() == len,
+                  "{}: shard {}: segment {} (parameter {}, elements [{}, {}), {} values) does not "
+                  "fit the model",
+                  who, r, k, i, off, off + len, values.numel());
+      writes.push_back({size_t(i), off, values});
+    }
+  }
+  // The old layout and state, put back if the new state is refused.
+  const ZeroShared old = me;
+  std::unique_ptr<optim::Optimizer> old_local = std::move(local_);
+  try {
+    me.lay_out();
+    local_ = make_local_({optim::ParamGroup{me.segment_params, {}, {}}});
+    local_->param_groups()[0].lr = param_groups()[0].lr;
+    local_->param_groups()[0].weight_decay = param_groups()[0].weight_decay;
+    load_shards_into_local(shards, /*partial=*/true);
+  } catch (...) {
+    me = old;
+    local_ = std::move(old_local);
+    throw;
+  }
+  reset_group_parameters(0, me.segment_params);
+  NoGradGuard no_grad;
+  for (const Write& w : writes) {
+    Tensor p = flat_view(me.params[w.param], who);
+    p.narrow(0, w.offset, w.values.numel()).copy_(w.values.to(p.device(), p.dtype()));
+  }
 }
 
 void ZeroRedundancyOptimizer::save_shard(const std::string& dir) const {

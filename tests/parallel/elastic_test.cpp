@@ -230,11 +230,6 @@ TEST(Elastic, BadOptionsAreNamed) {
   o.min_size = 2;
   EXPECT_THROW(ElasticGroup(store.client(), 0, 2, state, o), ValueError);
   EXPECT_THROW(ElasticGroup(store.client(), -1, 1, state, fast_options()), ValueError);
-  io::Checkpoint per_rank(false);
-  per_rank.add_per_rank(
-      "shards", [] { return TensorDict(); }, [](const io::Checkpoint::RankFiles&) {},
-      [](const TensorDict&) {});
-  EXPECT_THROW(ElasticGroup(store.client(), 0, 1, per_rank, fast_options()), NotImplementedError);
 }
 
 #endif  // DDP_HAVE_GLOO

@@ -127,6 +127,14 @@ class Checkpoint {
     int rank = 0;
     int world_size = 1;
     std::function<TensorDict(int saved_rank)> read;
+    // Set when the states come from live peers after a membership change
+    // (ddp::parallel::ElasticGroup, Note [Elastic per-rank state] in
+    // ddp/parallel/elastic.h), not from a checkpoint: `read` gives what the
+    // members that held the job's state sent (saved_world_size of them, in
+    // rank order), the states of lost members are missing, and `own` is the
+    // index of this member's own state (-1 for a member that had none).
+    bool from_peers = false;
+    int own = -1;
   };
   using LoadPerRankFn = std::function<void(const RankFiles&)>;
   // Adds a per-rank section: `save` gives this rank's tensors; `load` takes
@@ -134,8 +142,11 @@ class Checkpoint {
   // it changes anything; `restore` puts back what `save` gave (undoing the
   // load when a later section refuses, Note [Transactional load]).
   // ddp/parallel/checkpoint_sections.h adds ZeRO-1 and PowerSGD this way.
+  // `peer_save`, when given, is what a member sends its peers after a
+  // membership change instead of `save` (ZeRO-1 adds the values of its
+  // segments, which a checkpoint has in the model section already).
   Checkpoint& add_per_rank(const std::string& name, SaveFn save, LoadPerRankFn load,
-                           LoadFn restore);
+                           LoadFn restore, SaveFn peer_save = nullptr);
 
   // Adds a random generator, saved as its (seed, offset); same naming rules
   // as sections, in a namespace of their own.
@@ -146,7 +157,9 @@ class Checkpoint {
     SaveFn save;
     LoadFn load;  // for a per-rank section, its restore
     LoadPerRankFn load_per_rank;  // set only for a per-rank section
+    SaveFn peer_save;             // optional, per-rank sections only
     bool per_rank() const { return bool(load_per_rank); }
+    TensorDict save_for_peers() const { return peer_save ? peer_save() : save(); }
   };
   bool has_per_rank_sections() const;
   const std::vector<Section>& sections() const { return sections_; }

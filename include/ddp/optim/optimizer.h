@@ -148,6 +148,12 @@ class Optimizer {
   // requires grad and in one group only.
   Optimizer(std::string name, std::vector<ParamGroup> groups, double lr, double weight_decay);
 
+  // Replaces the parameters of group g, dropping every parameter's state:
+  // for an optimizer over views that are cut anew (ZeRO-1 after a
+  // membership change, Note [ZeRO-1 in an elastic job]). ValueError while a
+  // step is deferred, or for parameters the constructor would refuse.
+  void reset_group_parameters(size_t g, Tensors params);
+
   // Updates the parameters of one group that have a gradient: params[k]
   // with grads[k] and its state *states[k] (empty before its first step).
   // See Note [Fused optimizer steps].

@@ -75,12 +75,38 @@
 // end this rank, which the others then see as lost.
 // Cost per step: two or three store requests per rank (the counter, the
 // decision; a join check by the decider only), no collective.
+// A communication error inside apply (ZeRO-1's all-gather, Note [ZeRO-1 in
+// an elastic job] in ddp/parallel/zero.h) leaves the step committed and
+// counted, and the membership heals at once.
+//
+// Note [Elastic per-rank state]
+// A per-rank section of the Checkpoint (ZeRO-1's shards, PowerSGD's memory:
+// parallel::add_checkpoint_section) is not the same on every member, so
+// rank 0 cannot simply send it. Each member that holds the job's state
+// takes its sections' peer_save() when a membership change begins (before
+// DDP's reset_group re-cuts anything), and the first run_step of the new
+// generation, before its compute, runs the exchange: every member says
+// whether it holds such a snapshot and which per-rank sections it has; each
+// holder in turn broadcasts its snapshot; then every member calls each
+// section's load with RankFiles::from_peers set, the holders' states in
+// rank order and `own` its own index among them. ZeRO-1 re-cuts its shards
+// for the new world and reassembles the optimizer state; PowerSGD takes
+// rank 0's counters and restarts its memory. A joiner adds its sections
+// after its DDP and optimizer exist, before its first run_step; a member
+// without a section the holders sent stops every member (ValueError naming
+// the replica and the section). A failure during the exchange heals like a
+// failed compute, and the snapshots are kept for the next generation's
+// exchange. After a heal with per-rank sections, rank 0 of the new
+// generation also sends the shared sections (the model) to everyone, since
+// a member lost inside a ZeRO-1 all-gather leaves its elements differing.
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ddp/core/device.h"
@@ -148,8 +174,8 @@ class ElasticGroup {
   // world_size arrivals) return when all of them arrived; a later process
   // (a replacement, an added node) returns once it was admitted at a step
   // boundary and received the state. `state` is what a joiner receives and
-  // must outlive the group; per-rank sections (ZeRO-1, PowerSGD) are not
-  // supported yet (NotImplementedError). ValueError for bad options (an
+  // must outlive the group; per-rank sections (ZeRO-1, PowerSGD) may be
+  // added later (Note [Elastic per-rank state]). ValueError for bad options (an
   // unknown backend, naming the registered ones; mpi, saying why), a
   // replica id that is already a member, another job's token, a model that
   // differs (naming the first parameter and both shapes) or a future step;
@@ -199,6 +225,8 @@ class ElasticGroup {
              bool sync_all = false);
   void close_group(bool failed);
   std::string describe_model() const;
+  void snapshot_per_rank();  // Note [Elastic per-rank state]
+  void exchange_per_rank();
 
   std::shared_ptr<dist::Store> store_;
   int id_;
@@ -213,6 +241,12 @@ class ElasticGroup {
   int64_t step_ = 0;
   int64_t heals_ = 0, joins_ = 0;
   bool has_state_ = true;
+  // Note [Elastic per-rank state]: whether this member's per-rank sections
+  // hold the job's state, what it sends at the next exchange, and whether
+  // that exchange is due.
+  bool holds_per_rank_ = true;
+  std::optional<std::vector<std::pair<std::string, TensorDict>>> snapshot_;
+  bool exchange_due_ = false;
   std::vector<std::function<void()>> on_change_;
 };
 

@@ -136,6 +136,21 @@ class PowerSGDState {
   TensorDict state_dict() const;
   void load_state_dict(const TensorDict& dict);
 
+  // Note [PowerSGD in an elastic job]
+  // After a membership change (parallel::ElasticGroup) every member calls
+  // this with the state_dict() of rank 0 of the new generation: the
+  // iteration count, statistics and random generator are taken from it, and
+  // every bucket's memory is dropped, also on the members that had their
+  // own. The error memory is each rank's residual of a gradient summed over
+  // the old membership, and DDP's reset_group makes fresh buckets, which are
+  // rebuilt once more (Note [PowerSGD state and bucket rebuilds]); so, as at
+  // the start, the next two iterations are plain allreduces and compression
+  // resumes from fresh memory. Every member then holds the same state, and
+  // the replicas stay bit-identical. What is lost: the residuals not yet fed
+  // back (at most one step's compression error per rank). ValueError as
+  // load_state_dict; nothing changes then.
+  void load_peer_state(const TensorDict& dict);
+
   // The hook's body; use powersgd_hook() to get a CommHook.
   BucketWork run(dist::ProcessGroup& group, GradBucket& bucket);
 
@@ -149,6 +164,7 @@ class PowerSGDState {
   Generator generator_;
   mutable std::mutex mu_;
   int64_t iteration_ = 0;
+  int64_t resume_at_ = 0;  // Note [PowerSGD in an elastic job]: plain before this iteration
   int64_t numel_before_ = 0;
   int64_t numel_after_ = 0;
   std::map<int, std::shared_ptr<Bucket>> buckets_;

@@ -92,6 +92,34 @@
 // re-lays each reassembled state into its own order before cutting its
 // segments, so the resumed trajectory is the same whatever the layouts.
 
+//
+// Note [ZeRO-1 in an elastic job]
+// Under parallel::ElasticGroup (Note [Elastic per-rank state] in
+// ddp/parallel/elastic.h) the optimizer is a per-rank section of the state
+// (add_checkpoint_section) and its apply finishes the all-gather
+// (synchronize_parameters()), so that a committed step leaves every
+// parameter updated on every member. After a membership change and DDP's
+// reset_group, the members that held the job's state send their shards,
+// with the values of their segments (peer_shard()), and every member calls
+// load_peer_shards(): the shards are cut anew for the DDP's new group and
+// buckets, each sender's segment values are written into the parameters
+// (the same writes, in the same order, on every member), and the optimizer
+// state is reassembled as in a checkpoint load. So:
+//  - after a join (nobody lost) the state is complete: the trajectory is
+//    the one plain DDP would take with the same membership;
+//  - after a loss, the lost members' shards are gone. Their elements'
+//    optimizer state restarts from zero (momentum, AdamW's moments; for SGD
+//    without dampening a zero buffer is exactly a fresh one), the rest is
+//    kept; if a member died inside the last step's all-gather, its
+//    elements keep the values rank 0 of the new generation has, which rank 0
+//    sends everyone before the shards are loaded. Every replica stays
+//    bit-identical either way.
+// Keeping a lost shard would need a second copy of every shard on another
+// rank (twice the optimizer memory and a transfer per step); a job that
+// must not lose momentum at a loss uses plain DDP's replicated optimizer.
+// The reduce-scatter hook refuses a group it was not cut for, so a
+// reset_group without the section is named, not silently wrong.
+
 #include <functional>
 #include <memory>
 #include <string>
@@ -149,6 +177,14 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   // See Note [ZeRO-1 checkpoints].
   TensorDict sharded_state_dict() const;
   void load_sharded_state_dict(const std::vector<TensorDict>& shards);
+  // Note [ZeRO-1 in an elastic job]: sharded_state_dict() and the values of
+  // this rank's segments ("zero.values.<k>"); and the load of such shards
+  // from the surviving members after DDP's reset_group, some of the saving
+  // generation's shards possibly missing. ValueError while an all-gather is
+  // still in flight (apply must call synchronize_parameters()), or for
+  // shards of another model; nothing is changed then.
+  TensorDict peer_shard() const;
+  void load_peer_shards(const std::vector<TensorDict>& shards);
   // Files: <dir>/zero_shard_<rank>_of_<world>.safetensors, one per rank.
   void save_shard(const std::string& dir) const;
   // Reads every shard file of the one world size found in dir.
@@ -175,7 +211,12 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   static Tensors trainable_parameters(nn::Module& module);
   Device segments_device() const;
 
+  // Reassembles the shards' state into local_; `partial`: shards of lost
+  // ranks may be missing (their elements' state restarts from zero).
+  void load_shards_into_local(const std::vector<TensorDict>& shards, bool partial);
+
   std::shared_ptr<ZeroShared> shared_;  // also held by the hooks
+  LocalOptimizerFactory make_local_;
   std::unique_ptr<optim::Optimizer> local_;
 };
 
