@@ -439,6 +439,16 @@ TEST_F(DdprunTest, ElasticSlotLeftEmptyFailsTheJob) {
   EXPECT_TRUE(has(r, "the slot stays empty")) << r.output;
 }
 
+TEST_F(DdprunTest, ElasticUsageErrorIsNotReplaced) {
+  // Exit status 2 (a refused flag) would repeat in a replacement.
+  Result r = launch("--nproc-per-node 1:2 --master-port 0",
+                    "if [ $RANK = 1 ]; then exit 2; fi; sleep 0.5; echo done");
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(has(r, "[0]: done\n")) << r.output;
+  EXPECT_TRUE(has(r, "exit status 2 is a usage error")) << r.output;
+  EXPECT_FALSE(has(r, "replacing it alone")) << r.output;
+}
+
 TEST_F(DdprunTest, ElasticCompletionStopsAReplacementStillJoining) {
   // Rank 1's replacement would wait 30 s to be admitted; rank 0 completes.
   Result r = launch("--nproc-per-node 2:2 --preempt-grace 1 --master-port 0",

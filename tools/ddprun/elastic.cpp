@@ -235,7 +235,10 @@ int run_elastic(const Options& opts) {
         continue;
       }
       const bool store_lost = link && link->lost();
-      if (!store_lost && replacements < o.max_replacements) {
+      // Exit status 2 is a usage error (a flag the trainer refuses): its
+      // replacement would run the same command and fail the same way.
+      const bool usage_error = w.status == 2;
+      if (!store_lost && !usage_error && replacements < o.max_replacements) {
         ++replacements;
         ++s.restarts;
         const int old_rank = w.rank, old_pid = int(w.pid), old_status = w.status;
@@ -254,10 +257,11 @@ int run_elastic(const Options& opts) {
           "ddprun: worker rank %d (pid %d) failed with exit status %d; %s, the slot "
           "stays empty\n",
           w.rank, int(w.pid), w.status,
-          link && link->lost()
-              ? "the job's store is lost"
-              : fmt::format("no replacements left (--max-replacements {})", o.max_replacements)
-                    .c_str());
+          store_lost    ? "the job's store is lost"
+          : usage_error ? "exit status 2 is a usage error, which a replacement would repeat"
+                        : fmt::format("no replacements left (--max-replacements {})",
+                                      o.max_replacements)
+                              .c_str());
       w.pid = -1;
       // Across nodes the workers' own MIN check (the heal's min_size) rules.
       if (!link && live() < o.nproc_min) {
