@@ -1,7 +1,8 @@
 # ddp_add_test_dir(<name> <dir> [<label>]): one GoogleTest executable from
 # <dir>/*_test.cpp. Files named *_gpu_test.cpp get the label "gpu" (they skip
 # without a GPU), the others <label> (default "unit"); each TEST becomes its
-# own CTest test.
+# own CTest test. Every executable links the op registry's library,
+# ddp_op_registry (tests/CMakeLists.txt).
 include(GoogleTest)
 
 function(ddp_add_test_dir name dir)
@@ -21,7 +22,7 @@ function(ddp_add_test_dir name dir)
     endif()
     set(_exe ${name}_${kind})
     add_executable(${_exe} ${_files})
-    target_link_libraries(${_exe} PRIVATE ddp::ddp GTest::gtest GTest::gtest_main)
+    target_link_libraries(${_exe} PRIVATE ddp::ddp ddp_op_registry GTest::gtest GTest::gtest_main)
     # tests/ for the test utilities; src/ and kernels/ for white-box tests of
     # internal headers (the kernel registry, the allocators).
     target_include_directories(${_exe} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src

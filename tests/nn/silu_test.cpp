@@ -9,8 +9,8 @@
 #include "ddp/autograd/gradcheck.h"
 #include "ddp/nn/activation.h"
 #include "ddp/nn/functional/activation.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp {
 namespace {

@@ -5,7 +5,7 @@
 // max/min and their indices) must match bit for bit; float sums within a
 // tolerance, and bitwise from run to run. Every test needs a GPU and skips
 // without one; the op-level comparison of the same paths is the
-// cuda_samples of src/ops/op_infos_cuda_paths.cpp.
+// cuda_samples of op_infos_cuda_paths.cpp.
 
 #include <gtest/gtest.h>
 

@@ -17,8 +17,8 @@
 #include "ddp/autograd/engine.h"
 #include "ddp/ddp.h"
 #include "ddp/tensor/backend.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp::op_consistency {
 

@@ -4,11 +4,11 @@
 // [Attention paths on CUDA] in attention_cuda.cpp), each against the CPU's
 // reference path. The f32/f64 entries are in op_infos_dense.cpp. Registered
 // from here, as the tensor layer may not see nn: see Note [Registering ops
-// from higher layers] in ddp/tensor/op_registry.h.
+// from higher layers] in tests/tensor/op_registry.h.
 
 #include "ddp/nn/functional/attention.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp::nn::functional {
 namespace {

@@ -3,12 +3,12 @@
 // inputs that require grad the op composes conv2d and relu (conv2d's entry
 // covers that), so only grad-free inputs reach the fused cuDNN kernel.
 // Registered from here, as the tensor layer may not see nn: see Note
-// [Registering ops from higher layers] in ddp/tensor/op_registry.h.
+// [Registering ops from higher layers] in tests/tensor/op_registry.h.
 
 #include "ddp/nn/cudnn.h"
 #include "ddp/nn/functional/conv.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp::nn::functional {
 namespace {

@@ -2,7 +2,7 @@
 // nn::functional: linear, layer_norm, gelu, dropout, embedding,
 // cross_entropy, mse_loss and scaled-dot-product attention (causal and
 // not). Registered from here, as the tensor layer may not see nn: see Note
-// [Registering ops from higher layers] in ddp/tensor/op_registry.h.
+// [Registering ops from higher layers] in tests/tensor/op_registry.h.
 
 #include "ddp/nn/functional/activation.h"
 #include "ddp/nn/functional/attention.h"
@@ -11,8 +11,8 @@
 #include "ddp/nn/functional/layer_norm.h"
 #include "ddp/nn/functional/linear.h"
 #include "ddp/nn/functional/loss.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp::nn::functional {
 namespace {

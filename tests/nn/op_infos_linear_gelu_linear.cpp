@@ -1,10 +1,10 @@
 // The op registry's entry for linear_gelu_linear (the GPT MLP's two layers
 // as one op, Note [linear_gelu_linear]). Its own file, registered from nn
-// (Note [Registering ops from higher layers] in ddp/tensor/op_registry.h).
+// (Note [Registering ops from higher layers] in tests/tensor/op_registry.h).
 
 #include "ddp/nn/functional/linear.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp::nn::functional {
 namespace {

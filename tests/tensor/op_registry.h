@@ -5,20 +5,28 @@
 // Note [One list per op family] in op_list.h.
 //
 // Note [Registering ops from higher layers]
-// The tensor layer owns the registry, but most ops live above it (conv2d in
-// nn, the fused optimizer steps in optim, GradScaler in amp), and the tensor
-// layer may not depend on those layers. So a higher layer registers its
-// entries itself: a file of its own (src/nn/functional/op_infos_*.cpp,
-// src/optim/op_infos.cpp, src/amp/op_infos.cpp) defines a function that
-// appends OpInfos and a namespace-scope OpInfoRegistrar that hands that
-// function to register_op_infos() while libddp.so is loaded. op_registry()
+// The registry is a test fixture, so none of it is in libddp.so: the registry
+// and every entry are built into a shared library of the tests,
+// libddp_op_registry.so (tests/CMakeLists.txt), which ddp_add_test_dir links
+// into every test executable. It takes each tests/<layer>/op_infos*.cpp and
+// op_registry*.cpp; the entries call only libddp's public API. The tensor
+// layer's tests own the registry (this header, op_registry.cpp and the
+// tensor ops' entries in op_registry_tensor_ops.cpp), but most ops live
+// above the tensor layer (conv2d in nn, the fused optimizer steps in optim,
+// GradScaler in amp), and the tensor layer may not depend on those layers.
+// So a higher layer registers its entries from its own test folder: a file
+// of its own (tests/nn/op_infos_*.cpp, tests/optim/op_infos.cpp,
+// tests/amp/op_infos.cpp) defines a function that appends OpInfos and a
+// namespace-scope OpInfoRegistrar that hands that function to
+// register_op_infos() while libddp_op_registry.so is loaded. op_registry()
 // runs the tensor layer's own adders and then every registered one, once,
 // on first use; the registered ones run in the order of their source
 // names, so the registry's order does not depend on the (unspecified)
-// order of static initialisation. libddp is always a shared library, so
-// every registrar's object file is linked and runs. Registering after
-// op_registry() was first read raises ValueError: the list it returned is
-// final, and references into it stay valid.
+// order of static initialisation. The library is shared (a static one
+// would drop the object files nothing calls into), so every registrar's
+// object file is linked and runs. Registering after op_registry() was
+// first read raises ValueError: the list it returned is final, and
+// references into it stay valid.
 
 #include <functional>
 #include <map>

@@ -3,14 +3,14 @@
 // adaptive_avg_pool2d. Each runs in NCHW and NHWC (Note [Channels-last
 // tensors]); outputs are made contiguous for the comparison. Registered
 // from here, as the tensor layer may not see nn: see Note [Registering ops
-// from higher layers] in ddp/tensor/op_registry.h.
+// from higher layers] in tests/tensor/op_registry.h.
 
 #include "ddp/nn/cudnn.h"
 #include "ddp/nn/functional/batch_norm.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/nn/functional/pooling.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp::nn::functional {
 namespace {

@@ -4,7 +4,7 @@
 // sample's gradients, and returns what the op wrote; none is
 // differentiable. Registered from here, as the tensor layer may not see
 // optim: see Note [Registering ops from higher layers] in
-// ddp/tensor/op_registry.h.
+// tests/tensor/op_registry.h.
 
 #include <cmath>
 
@@ -12,8 +12,8 @@
 #include "ddp/optim/adamw.h"
 #include "ddp/optim/clip_grad.h"
 #include "ddp/optim/sgd.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp::optim {
 namespace {

@@ -4,12 +4,12 @@
 // CPU-vs-CUDA comparison reaches the cuDNN graphs (Note [cuDNN batch norm
 // graphs]) in f32/f16/bf16 and the legacy fallback in f64. Registered from
 // here: see Note [Registering ops from higher layers] in
-// ddp/tensor/op_registry.h.
+// tests/tensor/op_registry.h.
 
 #include "ddp/nn/functional/batch_norm.h"
 #include "ddp/nn/functional/conv.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp::nn::functional {
 namespace {

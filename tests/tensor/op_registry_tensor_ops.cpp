@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp {
 

@@ -1,11 +1,11 @@
 // The op registry's entry for linear_gelu (the fused linear + tanh GELU of
 // Note [linear_gelu]); linear's own entry is in op_infos_dense.cpp.
 // Registered from here, as the tensor layer may not see nn: see Note
-// [Registering ops from higher layers] in ddp/tensor/op_registry.h.
+// [Registering ops from higher layers] in tests/tensor/op_registry.h.
 
 #include "ddp/nn/functional/linear.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp::nn::functional {
 namespace {

@@ -12,7 +12,7 @@
 
 #include <string>
 
-#include "ddp/tensor/op_registry.h"
+#include "tensor/op_registry.h"
 
 namespace ddp {
 

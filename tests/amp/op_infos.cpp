@@ -2,14 +2,14 @@
 // (one multi-tensor pass per device and dtype), with the step decision and
 // scale update that read its result. Registered from here, as the tensor
 // layer may not see amp: see Note [Registering ops from higher layers] in
-// ddp/tensor/op_registry.h.
+// tests/tensor/op_registry.h.
 
 #include <cmath>
 
 #include "ddp/amp/grad_scaler.h"
 #include "ddp/optim/sgd.h"
-#include "ddp/tensor/op_registry.h"
 #include "ddp/tensor/ops.h"
+#include "tensor/op_registry.h"
 
 namespace ddp::amp {
 namespace {

@@ -2,8 +2,9 @@
 // (tests/tensor/op_consistency*_test.cpp) run on every backend and dtype,
 // gradcheck, and feed bad inputs. The tensor layer's entries are in
 // op_registry_tensor_ops.cpp (elementwise ones generated from op_list.h;
-// Note [One list per op family]); higher layers register theirs (Note
-// [Registering ops from higher layers] in op_registry.h).
+// Note [One list per op family]); higher layers register theirs from their
+// own test folders (Note [Registering ops from higher layers] in
+// op_registry.h).
 //
 // Note [Sample inputs]
 // Samples are drawn in f32 on the CPU from the test's Generator and then
@@ -12,7 +13,7 @@
 // another dtype or device could round differently). Integer samples are the
 // truncated draws of a wider range, bool samples are draw < 0.5.
 
-#include "ddp/tensor/op_registry.h"
+#include "tensor/op_registry.h"
 
 #include <algorithm>
 #include <mutex>
