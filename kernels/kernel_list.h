@@ -204,7 +204,8 @@ DDP_DECLARE_KERNEL(linear_cache_stats, PlanCacheStats, ())
 
 // ---- fused attention (src/nn/functional/attention.cpp) ----------------------------
 // Whether the fused kernels take this call, q [B, H, T, D] and k [B, H, S, D]
-// (only their shapes, dtype and device are read; T, S > 0), for the forward
+// as the kernels will get them (shapes, strides, dtype and device are read,
+// never the data: strides are part of cuDNN's graph keys; T, S > 0), for the forward
 // and, when needs_backward, for the backward that will follow: a fused
 // forward must pair with a fused backward. false: the frontend takes the
 // composite (reference) path for both passes. It may build and cache
@@ -214,14 +215,18 @@ DDP_DECLARE_KERNEL(linear_cache_stats, PlanCacheStats, ())
 DDP_DECLARE_KERNEL(attention_supports, bool,
                    (const Tensor& q, const Tensor& k, float scale, bool causal,
                     bool needs_backward))
-// Contiguous [B·H, rows, D] views: q, out [BH, T, D]; k, v [BH, S, D]; lse f32
-// [BH, T] (the rows' natural-log log-sum-exp of the scaled, masked scores:
-// every fused path writes and reads the same quantity, so a forward of one
-// path pairs with a backward of another). out = softmax(q kᵀ · scale, causal) v.
+// Operands [B, H, rows, D] read through their own strides (dense last dim,
+// 16-byte aligned; Note [Strided attention operands] in
+// src/nn/functional/attention.cpp): q, out [B, H, T, D]; k, v [B, H, S, D];
+// outputs dense in their input's dim order. lse f32 [B, H, T] (the rows'
+// natural-log log-sum-exp of the scaled, masked scores: every fused path
+// writes and reads the same quantity, so a forward of one path pairs with a
+// backward of another). out = softmax(q kᵀ · scale, causal) v.
 DDP_DECLARE_KERNEL(attention_forward, void,
                    (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                     const Tensor& lse, float scale, bool causal))
-// dq, dk, dv from dout; delta is f32 scratch [BH, T].
+// dq, dk, dv (laid out like q, k, v) from dout (out's strides); delta is f32
+// scratch [B, H, T].
 DDP_DECLARE_KERNEL(attention_backward, void,
                    (const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                     const Tensor& dout, const Tensor& lse, const Tensor& delta,

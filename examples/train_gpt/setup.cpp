@@ -10,6 +10,7 @@
 #include "common/trainer_util.h"
 #include "ddp/amp/autocast.h"
 #include "ddp/autograd/grad_mode.h"
+#include "ddp/io/hf_gpt2.h"
 #include "ddp/tensor/ops.h"
 
 namespace train_gpt {
@@ -73,7 +74,7 @@ bool map_bytes_to_gpt2_tokens(nn::models::GPT& model) {
 
 void init_from_hf(nn::models::GPT& model, const Options& o, bool lead) {
   if (o.init_from_hf.empty()) return;
-  nn::models::load_hf_gpt2(model, o.init_from_hf);  // every rank; DDP checks they agree
+  io::load_hf_gpt2(model, o.init_from_hf);  // every rank; DDP checks they agree
   const bool byte_rows = map_bytes_to_gpt2_tokens(model);
   if (lead)
     std::printf("initialised from Hugging Face GPT-2 weights %s%s\n", o.init_from_hf.c_str(),

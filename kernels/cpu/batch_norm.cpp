@@ -38,7 +38,7 @@
 #include "ddp/core/error.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
-#include "tensor/running_stats.h"
+#include "ddp/tensor/running_stats.h"
 
 namespace ddp::cpu_kernels {
 

@@ -34,9 +34,8 @@
 #include <string>
 
 #include "ddp/autograd/grad_mode.h"
+#include "ddp/optim/multi_tensor.h"
 #include "ddp/tensor/ops.h"
-#include "kernel_list.h"
-#include "optim/foreach.h"
 
 namespace ddp::amp {
 
@@ -230,9 +229,9 @@ void GradScaler::update() {
   DDP_CHECK(checked,
             "GradScaler.update: no inf/NaN checks were recorded since the last update(); call "
             "step(optimizer) (or unscale_) first");
-  const kernels::ScaleUpdate rule{.growth_factor = options_.growth_factor,
-                                  .backoff_factor = options_.backoff_factor,
-                                  .growth_interval = options_.growth_interval};
+  const optim::multi_tensor::ScaleUpdateRule rule{.growth_factor = options_.growth_factor,
+                                                  .backoff_factor = options_.backoff_factor,
+                                                  .growth_interval = options_.growth_interval};
   if (scale_dev_.defined()) {
     // The scale lives on the device: OR the flags there and update it there.
     NoGradGuard no_grad;
@@ -246,7 +245,7 @@ void GradScaler::update() {
     }
     optim::multi_tensor::update_scale_(scale_dev_, growth_tracker_dev_, any, rule);
   } else {
-    kernels::update_scale(scale_, growth_tracker_, found_inf, rule);  // f32, as torch's
+    optim::multi_tensor::update_scale(scale_, growth_tracker_, found_inf, rule);  // f32, as torch's
   }
   per_optimizer_.clear();
 }

@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "ddp/core/error.h"
-#include "io/file.h"
+#include "ddp/io/file.h"
 
 // zlib is optional (src/CMakeLists.txt links it when found). The build defines
 // DDP_HAVE_ZLIB when it does; otherwise the header's presence stands in for

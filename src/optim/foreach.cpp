@@ -243,4 +243,22 @@ void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tens
   kernels::call<kernels::amp_update_scale>(scale.device(), scale, growth_tracker, found_inf, u);
 }
 
+namespace {
+kernels::ScaleUpdate kernel_rule(const ScaleUpdateRule& r) {
+  return {.growth_factor = r.growth_factor,
+          .backoff_factor = r.backoff_factor,
+          .growth_interval = r.growth_interval};
+}
+}  // namespace
+
+void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
+                   const ScaleUpdateRule& rule) {
+  update_scale_(scale, growth_tracker, found_inf, kernel_rule(rule));
+}
+
+void update_scale(float& scale, int64_t& growth_tracker, bool found_inf,
+                  const ScaleUpdateRule& rule) {
+  kernels::update_scale(scale, growth_tracker, found_inf, kernel_rule(rule));
+}
+
 }  // namespace ddp::optim::multi_tensor

@@ -3,7 +3,8 @@
 // and the GradScaler: each op takes whole lists of tensors and, on CUDA,
 // runs as one kernel launch per dtype (Note [Multi-tensor launches] in
 // kernels/cuda/foreach.cu) instead of a chain of tensor ops per tensor.
-// Internal to libddp (src/optim, src/amp).
+// Internal to the optim layer; what the layers above use (pow_sum, mul_,
+// unscale_, the scale update) is declared in ddp/optim/multi_tensor.h.
 //
 // Note [Foreach numerics]
 // One formula per op, in kernels/common/foreach_math.h, is compiled for both
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "common/foreach_math.h"
+#include "ddp/optim/multi_tensor.h"
 #include "ddp/tensor/tensor.h"
 
 namespace ddp::optim::multi_tensor {
@@ -62,24 +64,8 @@ void adamw_step(const Tensors& params, const Tensors& grads, const Tensors& exp_
 // model of dense parameters whatever their layout. For tests and profiling.
 int64_t staged_copies();
 
-// Σ |x|^p over all elements of all tensors (p > 0 finite), or max |x| for
-// p = inf; NaN when an element is NaN. One pass over the data; reading the
-// result back waits for the device. 0 for an empty list.
-double pow_sum(const Tensors& xs, double p);
-
-// x *= factor for every tensor, in one pass. With check_finite, returns
-// whether any element was inf or NaN before the multiplication (reading the
-// flag back waits for the device); otherwise returns false without waiting.
-bool mul_(const Tensors& xs, double factor, bool check_finite);
-
-// GradScaler's unscale with no host sync: x *= f32(1 / f64(scale)) for every
-// tensor and found_inf = 1 if any element was inf or NaN (else unchanged).
-// scale, found_inf: 0-dim f32 on the tensors' device.
-void unscale_(const Tensors& xs, const Tensor& scale, const Tensor& found_inf);
-
-// GradScaler's scale update on tensors (kernels::update_scale): scale (0-dim
-// f32) and growth_tracker (0-dim i64) in place from found_inf (0-dim f32),
-// all on one device, with no host sync.
+// update_scale_ (ddp/optim/multi_tensor.h) with the kernels' own rule type,
+// as the kernels take it.
 void update_scale_(const Tensor& scale, const Tensor& growth_tracker, const Tensor& found_inf,
                    const kernels::ScaleUpdate& u);
 

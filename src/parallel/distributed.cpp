@@ -221,6 +221,21 @@ void DistributedDataParallelBase::set_join_context(Join* join) {
   }
 }
 
+std::string DistributedDataParallelBase::join_refusal() const {
+  // A joined rank shadows only the collectives Note [Join] lists; these
+  // issue others (timed allreduces and a plan broadcast; reduce-scatters
+  // and all-gathers), which it would leave unanswered.
+  const BucketAutoTuner* tuner = bucket_tuner();
+  if (tuner != nullptr && !tuner->done())
+    return "is still choosing its buckets (auto_bucket_size); a rank that joins early cannot "
+           "shadow that. Enter the join after auto_bucket_iterations + 2 iterations, or set "
+           "bucket_cap_mb instead";
+  if (has_forward_pre_hooks())
+    return "has a forward pre-hook (a ZeroRedundancyOptimizer); Join does not shadow ZeRO-1's "
+           "reduce-scatters and all-gathers";
+  return {};
+}
+
 void DistributedDataParallelBase::join_close_iteration() {
   if (!join_log_open_) return;
   join_log_last_ = std::move(join_log_building_);

@@ -6,7 +6,6 @@
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
-#include "ddp/parallel/distributed.h"
 #include "ddp/tensor/ops.h"
 
 namespace ddp::parallel {
@@ -40,11 +39,11 @@ struct Presence {
   bool rebuild() const { return slots[size_t(world) + 1] > 0; }
 };
 
-Presence exchange(DistributedDataParallelBase& model, std::vector<float> slots) {
-  dist::ProcessGroup& g = model.group();
+Presence exchange(Joinable& model, std::vector<float> slots) {
+  dist::ProcessGroup& g = model.join_process_group();
   NoGradGuard no_grad;
   Tensor t = Tensor::from_vector(slots, {int64_t(slots.size())})
-                 .to(dist::control_device(g, model.device()));
+                 .to(dist::control_device(g, model.join_device()));
   g.allreduce({t}, dist::ReduceOp::sum)->wait(g.timeout());
   return Presence{t.cpu().to_vector<float>(), g.size()};
 }
@@ -67,39 +66,29 @@ void note_collective_for_join(dist::ProcessGroup& group, const Tensor& tensor) {
   t_join_log->push_back(JoinCollective{&group, tensor.shape(), tensor.dtype(), tensor.device()});
 }
 
-Join::Join(std::vector<DistributedDataParallelBase*> models, JoinOptions options)
+Join::Join(std::vector<Joinable*> models, JoinOptions options)
     : models_(std::move(models)), options_(options) {
   DDP_CHECK_T(ValueError, !models_.empty(), "Join: no models given");
   for (size_t k = 0; k < models_.size(); ++k) {
     DDP_CHECK_T(ValueError, models_[k] != nullptr, "Join: model {} is null", k);
-    DDP_CHECK_T(ValueError, &models_[k]->group() == &models_[0]->group(),
+    DDP_CHECK_T(ValueError, &models_[k]->join_process_group() == &models_[0]->join_process_group(),
                 "Join: model {} uses a different process group than model 0", k);
-    // A joined rank shadows only the collectives Note [Join] lists; these
-    // issue others (timed allreduces and a plan broadcast; reduce-scatters
-    // and all-gathers), which it would leave unanswered.
-    const BucketAutoTuner* tuner = models_[k]->bucket_tuner();
-    DDP_CHECK_T(ValueError, tuner == nullptr || tuner->done(),
-                "Join: model {} is still choosing its buckets (auto_bucket_size); a rank that "
-                "joins early cannot shadow that. Enter the join after auto_bucket_iterations + 2 "
-                "iterations, or set bucket_cap_mb instead",
-                k);
-    DDP_CHECK_T(ValueError, !models_[k]->has_forward_pre_hooks(),
-                "Join: model {} has a forward pre-hook (a ZeroRedundancyOptimizer); Join does not "
-                "shadow ZeRO-1's reduce-scatters and all-gathers",
-                k);
+    const std::string refusal = models_[k]->join_refusal();
+    DDP_CHECK_T(ValueError, refusal.empty(), "Join: model {} {}", k, refusal);
   }
 }
 
-Join::Notice Join::notify(DistributedDataParallelBase& model, bool syncing, bool rebuild) {
+Join::Notice Join::notify(Joinable& model, bool syncing, bool rebuild) {
   if (&model != models_[0]) return last_;
-  const int n = model.group().size();
+  dist::ProcessGroup& group = model.join_process_group();
+  const int n = group.size();
   std::vector<float> slots(size_t(n) + 2, 0.0f);
-  slots[size_t(model.group().rank())] = 1;
+  slots[size_t(group.rank())] = 1;
   slots[size_t(n)] = syncing ? 1 : 0;
   slots[size_t(n) + 1] = rebuild ? 1 : 0;
   Presence p = exchange(model, std::move(slots));
   if (options_.throw_on_early_termination && p.active() < n)
-    raise_early_termination(p, model.group().rank());
+    raise_early_termination(p, group.rank());
   last_.active = p.active();
   last_.root = p.highest_active();
   last_.grad_scale = options_.divide_by_initial_world_size ? 1.0 : double(n) / p.active();
@@ -130,12 +119,13 @@ void Join::run(const std::function<void()>& body) {
 }
 
 void Join::shadow_until_all_joined() {
-  DistributedDataParallelBase& first = *models_[0];
-  const int n = first.group().size();
+  Joinable& first = *models_[0];
+  const dist::ProcessGroup& group = first.join_process_group();
+  const int n = group.size();
   for (;;) {
     Presence p = exchange(first, std::vector<float>(size_t(n) + 2, 0.0f));
     if (p.active() == 0) break;
-    if (options_.throw_on_early_termination) raise_early_termination(p, first.group().rank());
+    if (options_.throw_on_early_termination) raise_early_termination(p, group.rank());
     last_root_ = p.highest_active();
     for (auto* m : models_) m->join_shadow_iteration(p.syncing(), p.rebuild(), last_root_);
   }

@@ -10,16 +10,15 @@
 #include <utility>
 #include <vector>
 
-#include "tensor/autocast_policy.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/autograd/node.h"
-#include "ddp/parallel/join.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/functional/batch_norm.h"
+#include "ddp/nn/functional/batch_norm_detail.h"
 #include "ddp/nn/functional/conv.h"
+#include "ddp/parallel/join.h"
 #include "ddp/tensor/ops.h"
-#include "nn/functional/batch_norm_detail.h"
-#include "tensor/running_stats.h"
+#include "ddp/tensor/running_stats.h"
 
 namespace ddp::parallel {
 
@@ -148,12 +147,12 @@ Tensor sync_batch_norm(const Tensor& x, const Tensor& running_mean, const Tensor
   // batch_norm's policy (keep the input's precision, f32 parameters), so that
   // the result's dtype does not depend on the world size (at 1 SyncBatchNorm
   // runs nn::functional::batch_norm).
-  if (amp::detail::autocast_active())  // See Note [Autocast policy]
-    return amp::detail::autocast_call(
-        amp::detail::AutocastOp::batch_norm, {x, weight, bias}, [&](const Tensors& t) {
-          return sync_batch_norm(t[0], running_mean, running_var, t[1], t[2], momentum, eps, group,
-                                 who_in);
-        });
+  namespace bn = nn::functional::batch_norm_detail;
+  if (bn::autocast_active())  // See Note [Autocast policy]
+    return bn::autocast_call({x, weight, bias}, [&](const Tensors& t) {
+      return sync_batch_norm(t[0], running_mean, running_var, t[1], t[2], momentum, eps, group,
+                             who_in);
+    });
   const std::string who = who_in.empty() ? "sync_batch_norm" : who_in;
   check_args(who, x, {running_mean, running_var, weight, bias}, group);
   const DType cdt = compute_dtype(x.dtype());

@@ -9,8 +9,8 @@
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
+#include "ddp/optim/multi_tensor.h"
 #include "ddp/tensor/dense_layout.h"
-#include "optim/foreach.h"
 #include "parallel/zero_shared.h"
 
 namespace ddp::parallel {

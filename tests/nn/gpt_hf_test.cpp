@@ -1,4 +1,4 @@
-// Hugging Face GPT-2 checkpoints (ddp/nn/models/gpt.h, Note [Hugging Face
+// Hugging Face GPT-2 checkpoints (ddp/io/hf_gpt2.h, Note [Hugging Face
 // GPT-2 checkpoints]) against PyTorch: tests/golden/make_hf_gpt2_golden.py
 // wrote a tiny GPT-2 in HF's exact state-dict layout (transformer. prefix,
 // Conv1D [in, out] weights, attn.bias / attn.masked_bias buffers, tied
@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ddp/io/hf_gpt2.h"
 #include "ddp/io/safetensors.h"
 #include "ddp/nn/models/gpt.h"
 #include "ddp/tensor/ops.h"
@@ -23,6 +24,8 @@ namespace ddp::test {
 namespace {
 
 using namespace ddp::nn::models;
+using ddp::io::load_hf_gpt2;
+using ddp::io::save_hf_gpt2;
 
 const std::string kCheckpoint =
     std::string(DDP_TEST_DATA_DIR) + "/golden/hf_gpt2/model.safetensors";

@@ -81,7 +81,7 @@ struct DDPOptions {
 };
 
 // What does not depend on the module's forward signature.
-class DistributedDataParallelBase {
+class DistributedDataParallelBase : public Joinable {
  public:
   DistributedDataParallelBase(std::shared_ptr<nn::Module> module,
                               std::shared_ptr<dist::ProcessGroup> group, DDPOptions options);
@@ -173,18 +173,23 @@ class DistributedDataParallelBase {
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(*this); }
   bool require_backward_grad_sync() const { return sync_; }
 
-  // ---- Note [Join] (join.h) -------------------------------------------------
+  // ---- Note [Join], Note [Joinable] (join.h) ---------------------------------
   // Shadows one iteration of the ranks that still have inputs: the buffer
   // broadcast (from `buffer_root`), a due bucket rebuild, and the gradient
   // buckets with zeros. `syncing`: whether their iteration synchronises.
-  void join_shadow_iteration(bool syncing, bool rebuild, int buffer_root);
+  void join_shadow_iteration(bool syncing, bool rebuild, int buffer_root) override;
   // After all ranks joined: every rank takes the parameters and buffers of
   // `root` (the last rank to join, whose model saw every step).
-  void join_final_sync(int root);
+  void join_final_sync(int root) override;
   // Set by a join scope around the training loop (nullptr outside one).
-  void set_join_context(Join* join);
+  void set_join_context(Join* join) override;
   // When the body of a join scope returned: its last iteration is complete.
-  void join_close_iteration();
+  void join_close_iteration() override;
+  dist::ProcessGroup& join_process_group() override { return group(); }
+  Device join_device() const override { return device(); }
+  // Refused while the bucket sizer is still choosing or with a forward
+  // pre-hook (ZeRO-1): their collectives are not among those Join shadows.
+  std::string join_refusal() const override;
   // The device of the first parameter (the CPU without parameters).
   Device device() const { return model_device(); }
 

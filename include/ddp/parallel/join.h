@@ -44,6 +44,7 @@
 // collective of its own to shadow.
 
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "ddp/dist/process_group.h"
@@ -51,7 +52,37 @@
 
 namespace ddp::parallel {
 
-class DistributedDataParallelBase;
+class Join;
+
+// Note [Joinable]
+// What Join needs of a model it keeps in step: the group and device of the
+// per-iteration allreduce, whether it can be shadowed at all, and the four
+// steps of Note [Join] that only the model knows how to take. Join talks to
+// its models through this interface alone (DistributedDataParallelBase
+// implements it), so join.h does not depend on the DDP engine that uses it.
+class Joinable {
+ public:
+  virtual ~Joinable() = default;
+
+  // The group of the per-iteration allreduce (every model of one Join uses
+  // the same) and the device of its tensor.
+  virtual dist::ProcessGroup& join_process_group() = 0;
+  virtual Device join_device() const = 0;
+  // Empty when the model can enter a join scope now; otherwise why not,
+  // worded to follow "Join: model <k> " (e.g. "has a forward pre-hook ...").
+  virtual std::string join_refusal() const = 0;
+  // Set by a join scope around the training loop (nullptr when it ends).
+  virtual void set_join_context(Join* join) = 0;
+  // The body of the join scope returned: this rank's last iteration is complete.
+  virtual void join_close_iteration() = 0;
+  // Shadows one iteration of the ranks that still have inputs: the buffer
+  // broadcast (from `buffer_root`), a due bucket rebuild and the gradient
+  // collectives, with zeros. `syncing`: whether their iteration synchronises.
+  virtual void join_shadow_iteration(bool syncing, bool rebuild, int buffer_root) = 0;
+  // After all ranks joined: take the parameters and buffers of `root` (the
+  // last rank to join, whose model saw every step).
+  virtual void join_final_sync(int root) = 0;
+};
 
 struct JoinOptions {
   // false: run the body as is (no allreduce per iteration, no shadowing).
@@ -67,8 +98,9 @@ class Join {
  public:
   // models: the DDP models trained in the body; all on the same group, the
   // same list on every rank. Raises ValueError for an empty list, a null
-  // model, or models on different groups.
-  explicit Join(std::vector<DistributedDataParallelBase*> models, JoinOptions options = {});
+  // model, models on different groups, or a model that refuses
+  // (Joinable::join_refusal).
+  explicit Join(std::vector<Joinable*> models, JoinOptions options = {});
   Join(const Join&) = delete;
   Join& operator=(const Join&) = delete;
 
@@ -86,13 +118,13 @@ class Join {
   };
   // At a training forward of `model`: the per-iteration allreduce (only the
   // first model issues it; the others get its result).
-  Notice notify(DistributedDataParallelBase& model, bool syncing, bool rebuild);
+  Notice notify(Joinable& model, bool syncing, bool rebuild);
   const JoinOptions& options() const { return options_; }
 
  private:
   void shadow_until_all_joined();
 
-  std::vector<DistributedDataParallelBase*> models_;
+  std::vector<Joinable*> models_;
   JoinOptions options_;
   Notice last_;
   int last_root_ = -1;

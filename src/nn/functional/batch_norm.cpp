@@ -11,12 +11,12 @@
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/autograd/node.h"
 #include "ddp/core/error.h"
+#include "ddp/nn/functional/batch_norm_detail.h"
 #include "ddp/nn/functional/conv.h"
 #include "ddp/nn/functional/layout_conversions.h"
 #include "ddp/tensor/ops.h"
+#include "ddp/tensor/running_stats.h"
 #include "kernel_list.h"
-#include "nn/functional/batch_norm_detail.h"
-#include "tensor/running_stats.h"
 
 namespace ddp::nn::functional {
 
@@ -43,6 +43,13 @@ Tensor per_channel(const Tensor& t, int64_t rank) {
   Shape s(size_t(rank), 1);
   s[1] = t.size(0);
   return t.view(s);
+}
+
+bool autocast_active() { return amp::detail::autocast_active(); }
+
+Tensor autocast_call(const Tensors& x_weight_bias,
+                     const std::function<Tensor(const Tensors&)>& fn) {
+  return amp::detail::autocast_call(amp::detail::AutocastOp::batch_norm, x_weight_bias, fn);
 }
 
 }  // namespace batch_norm_detail

@@ -24,9 +24,12 @@
 //   reordered on every call so that the optimizer keeps updating plain
 //   tensors; a channels-last weight is read and written as ohwi, so a
 //   channels-last model's weights and their gradients stay channels-last;
-// - activations: none for channels-last tensors; NCHW tensors are
-//   reordered into an NHWC scratch and back, which costs a memory pass and
-//   still leaves the NCHW path well ahead of gemm.
+// - activations: none for channels-last tensors. NCHW f32 tensors reach
+//   these kernels already NHWC (conv.cpp converts x and dy once per
+//   convolution with copy_layout, Note [NCHW convolutions on the CPU]);
+//   only the f16/bf16 path's NCHW f32 copies are reordered here, into an
+//   NHWC scratch and back, which costs a memory pass and still leaves the
+//   NCHW path well ahead of gemm.
 // Every reorder is a cached primitive too. oneDNN may pick a plain layout
 // itself (1-channel inputs); then no reorder runs.
 

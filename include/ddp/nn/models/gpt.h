@@ -77,25 +77,8 @@ class GPT : public UnaryModule {
 // GPT-2 small: 12 layers, 12 heads, 768 wide, vocab 50257, context 1024.
 std::shared_ptr<GPT> gpt2_124m(double dropout = 0.0);
 
-// Note [Hugging Face GPT-2 checkpoints]
-// load_hf_gpt2 reads a Hugging Face GPT-2 `model.safetensors` as it is:
-// HF's names with or without the "transformer." prefix (GPT2LMHeadModel /
-// GPT2Model), the Conv1D weights (attn.c_attn, attn.c_proj, mlp.c_fc,
-// mlp.c_proj) stored transposed as [in, out] and turned into our Linear's
-// [out, in], lm_head.weight absent or equal to wte (tied), and the
-// attn.bias / attn.masked_bias mask buffers ignored. Every tensor is
-// checked before any is copied, in the model's order, so a wrong config
-// raises ShapeError naming the first mismatched tensor with both shapes,
-// and a missing or unexpected tensor raises ValueError naming it; a
-// truncated or corrupt file is refused by the safetensors reader (IoError
-// naming the file). Values are converted to the model's dtype and device.
-// save_hf_gpt2 writes the inverse: "transformer."-prefixed names, Conv1D
-// weights transposed back, no lm_head (HF ties it), metadata format=pt as
-// transformers' loader requires. These are the one place nn reads and
-// writes a file (See Note [Layering of io]): the name mapping belongs to
-// the model, so they sit beside GPT and call io's safetensors functions.
-void load_hf_gpt2(GPT& model, const std::string& path);
-void save_hf_gpt2(const GPT& model, const std::string& path);
+// Hugging Face GPT-2 checkpoints: io::load_hf_gpt2 / io::save_hf_gpt2
+// (ddp/io/hf_gpt2.h); nn reads and writes no file (Note [Layering of io]).
 
 // ---- sampling ------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 // batch-norm kernels (kernels/cpu/batch_norm.cpp), batch_norm's composite
 // path and SyncBatchNorm: running = (1 − m)·running + m·value, in place and
 // unrecorded, value cast to running's dtype. An undefined running tensor
-// (track_running_stats = false) is left alone.
+// (track_running_stats = false) is left alone. Public (not meant for
+// applications) because its users span three layers: tensor, nn, parallel.
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/tensor/tensor.h"

@@ -1,5 +1,7 @@
 // Hugging Face GPT-2 checkpoints in and out of a GPT.
-// See Note [Hugging Face GPT-2 checkpoints] in include/ddp/nn/models/gpt.h.
+// See Note [Hugging Face GPT-2 checkpoints] in include/ddp/io/hf_gpt2.h.
+
+#include "ddp/io/hf_gpt2.h"
 
 #include <fmt/format.h>
 
@@ -8,10 +10,12 @@
 
 #include "ddp/core/error.h"
 #include "ddp/io/safetensors.h"
-#include "ddp/nn/models/gpt.h"
 #include "ddp/tensor/ops.h"
 
-namespace ddp::nn::models {
+namespace ddp::io {
+
+using nn::models::GPT;
+using nn::models::GPTConfig;
 
 namespace {
 
@@ -47,7 +51,7 @@ std::string config_text(const GPTConfig& c) {
 
 void load_hf_gpt2(GPT& model, const std::string& path) {
   const std::string where = fmt::format("load_hf_gpt2('{}')", path);
-  const TensorDict file = io::load_safetensors(path);  // IoError naming the file when malformed
+  const TensorDict file = load_safetensors(path);  // IoError naming the file when malformed
 
   // HF name without "transformer." -> tensor; lm_head kept aside.
   std::map<std::string, Tensor> by_name;
@@ -107,7 +111,7 @@ void save_hf_gpt2(const GPT& model, const std::string& path) {
     out.insert(kPrefix + key, is_conv1d_weight(key) ? param.t().contiguous() : param);
   }
   // transformers' safetensors loader refuses a file without format=pt.
-  io::save_safetensors(path, out, {{"format", "pt"}});
+  save_safetensors(path, out, {{"format", "pt"}});
 }
 
-}  // namespace ddp::nn::models
+}  // namespace ddp::io
