@@ -56,7 +56,7 @@ ddp_resolve_option(NVJPEG "${_nvjpeg_found}")
 
 if(DDP_HAVE_NVJPEG)
   file(GLOB_RECURSE _nvjpeg_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/*_nvjpeg.cpp)
-  target_sources(ddp PRIVATE ${_nvjpeg_sources})
+  target_sources(ddp_cuda PRIVATE ${_nvjpeg_sources})  # Note [Loading CUDA when first used]
   set(_nvjpeg_defs DDP_HAVE_NVJPEG=1)
   # The wheel's library folder, the last place libddp looks (Note [Loading nvJPEG]).
   get_filename_component(_nvjpeg_lib ${NVJPEG_INCLUDE_DIR}/../lib ABSOLUTE)

@@ -27,6 +27,12 @@ function(ddp_add_test_dir name dir)
     # internal headers (the kernel registry, the allocators).
     target_include_directories(${_exe} PRIVATE ${PROJECT_SOURCE_DIR}/tests ${PROJECT_SOURCE_DIR}/src
                                               ${PROJECT_SOURCE_DIR}/kernels)
+    # White-box tests also call into the CUDA half directly (its allocators,
+    # cuDNN helpers), so they link it; libddp.so then finds it loaded (Note
+    # [Loading CUDA when first used] in src/tensor/cuda_runtime.h).
+    if(TARGET ddp_cuda)
+      target_link_libraries(${_exe} PRIVATE ddp_cuda)
+    endif()
     set(_kind_label ${kind})
     # GPU tests compare CUDA with the CPU to f32 rounding: cuDNN's TF32 (on
     # by default, Note [cuDNN TF32]) is off unless a test turns it on.

@@ -1,11 +1,14 @@
 // ddp/runtime_versions.h: the build-independent part (formatting). The
-// CUDA-specific queries live in runtime_versions_cuda.cpp, and a CPU-only
-// build gets runtime_versions_nocuda.cpp.
+// CUDA-specific queries live in runtime_versions_cuda.cpp, in libddp_cuda.so,
+// which is opened for them (Note [Loading CUDA when first used] in
+// src/tensor/cuda_runtime.h): a diagnostic may map the CUDA libraries.
 
 #include "ddp/runtime_versions.h"
 
 #include <fmt/format.h>
 
+#include "core/cuda_library.h"
+#include "ddp/config.h"
 #include "ddp/version.h"
 
 namespace ddp {
@@ -13,7 +16,15 @@ namespace ddp {
 RuntimeVersions runtime_versions() {
   RuntimeVersions v;
   v.libddp = DDP_VERSION_STRING;
-  detail::add_cuda_runtime_versions(v);
+  std::string why;
+  using Add = void (*)(RuntimeVersions&);
+  if (auto add = reinterpret_cast<Add>(detail::cuda_library_symbol("ddp_add_cuda_runtime_versions", &why))) {
+    add(v);
+  } else {
+    v.cuda_compiled = DDP_HAVE_CUDA;
+    v.cuda_available = false;
+    v.unavailable_reason = why;
+  }
   return v;
 }
 

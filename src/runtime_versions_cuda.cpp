@@ -158,7 +158,9 @@ GpuInfo gpu(int index) {
 
 }  // namespace
 
-void add_cuda_runtime_versions(RuntimeVersions& out) {
+// Looked up by name from libddp.so (Note [Loading CUDA when first used] in
+// src/tensor/cuda_runtime.h).
+extern "C" void ddp_add_cuda_runtime_versions(RuntimeVersions& out) {
   out.cuda_compiled = true;
   out.components = {cuda_runtime(), cuda_driver(), cublas(), cublas_lt()};
 #if DDP_HAVE_CUDNN

@@ -129,6 +129,13 @@ done
 soname=$(objdump -p "$LIBDDP" | awk '/SONAME/ {print $2}')
 strip --strip-unneeded -o "$P/lib/$soname" "$LIBDDP"
 ln -s "$soname" "$P/lib/libddp.so"
+# libddp_cuda.so beside it: libddp opens it from its own directory when CUDA
+# is first needed (Note [Loading CUDA when first used]).
+LIBDDP_CUDA=""
+if [ -f "$B/src/libddp_cuda.so" ]; then
+  LIBDDP_CUDA="$B/src/libddp_cuda.so"
+  strip --strip-unneeded -o "$P/lib/libddp_cuda.so" "$LIBDDP_CUDA"
+fi
 
 # CTest's files (gtest discovery lists included), for `ctest -L gpu` there.
 (cd "$B" && find . -path ./_deps -prune -o \( -name CTestTestfile.cmake -o -name '*_include.cmake' \
@@ -142,12 +149,12 @@ done
 # tools/gpu_check/common.sh). libstdc++/libgcc_s go to lib/fallback/.
 source "$ROOT/tools/gpu_check/common.sh"
 declare -A packed=()
-for exe in "${programs[@]}" "$LIBDDP"; do
+for exe in "${programs[@]}" "$LIBDDP" $LIBDDP_CUDA; do
   while read -r name path; do
     [ -n "$path" ] && [ -f "$path" ] || continue
     is_glibc "$name" && continue
     is_nvidia "$name" && continue
-    [[ $name == libddp.so* ]] && continue
+    [[ $name == libddp.so* || $name == libddp_cuda.so ]] && continue
     [ -n "${packed[$name]:-}" ] && continue
     packed[$name]=$path
     case "$name" in

@@ -50,9 +50,4 @@ struct RuntimeVersions {
 
 RuntimeVersions runtime_versions();
 
-namespace detail {
-// Filled in by runtime_versions_cuda.cpp or runtime_versions_nocuda.cpp.
-void add_cuda_runtime_versions(RuntimeVersions& out);
-}  // namespace detail
-
 }  // namespace ddp

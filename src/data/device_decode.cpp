@@ -37,6 +37,7 @@
 #include <unordered_map>
 
 #include "data/device_jpeg.h"
+#include "core/cuda_library.h"
 #include "data/image_codec.h"
 #include "ddp/core/logging.h"
 #include "ddp/tensor/cuda.h"
@@ -52,6 +53,29 @@ const char* const kNotBuilt =
     "libddp was built without nvJPEG: install it (pip install 'nvidia-nvjpeg==13.*'; "
     "tools/install_deps.sh does) and reconfigure a CUDA build with -DDDP_WITH_NVJPEG=ON "
     "(docs/data.md)";
+
+#ifdef DDP_HAVE_NVJPEG
+// The nvJPEG decoder lives in libddp_cuda.so (Note [Loading CUDA when first
+// used] in src/tensor/cuda_runtime.h).
+void* nvjpeg_entry(const char* name) {
+  std::string why;
+  void* fn = ddp::detail::cuda_library_symbol(name, &why);
+  if (!fn) DDP_THROW(DeviceError, "the nvJPEG decoder is in libddp_cuda.so: {}", why);
+  return fn;
+}
+
+std::string nvjpeg_library() {
+  std::string out;
+  reinterpret_cast<void (*)(std::string*)>(nvjpeg_entry("ddp_nvjpeg_library"))(&out);
+  return out;
+}
+
+std::unique_ptr<detail::DeviceJpegDecoder> make_nvjpeg_decoder(int device) {
+  using Make = detail::DeviceJpegDecoder* (*)(int);
+  return std::unique_ptr<detail::DeviceJpegDecoder>(
+      reinterpret_cast<Make>(nvjpeg_entry("ddp_make_nvjpeg_decoder"))(device));
+}
+#endif
 
 Shape with_batch(int64_t b, const Shape& s) {
   Shape out{b};
@@ -163,7 +187,7 @@ bool device_decode_built() {
 std::string device_decode_unavailable_reason(int device) {
 #ifdef DDP_HAVE_NVJPEG
   try {
-    (void)detail::nvjpeg_library();
+    (void)nvjpeg_library();
   } catch (const Error& e) {
     return e.what();
   }
@@ -194,8 +218,8 @@ DeviceDecodeLoader::DeviceDecodeLoader(std::shared_ptr<const EncodedImageDataset
   if (!why.empty())
     DDP_THROW(DeviceError, "DeviceDecodeLoader: cannot decode on {}: {}", opts_.device.str(), why);
 #ifdef DDP_HAVE_NVJPEG
-  state_->decoder = detail::make_nvjpeg_decoder(opts_.device.index);
-  state_->library = detail::nvjpeg_library();
+  state_->decoder = make_nvjpeg_decoder(opts_.device.index);
+  state_->library = nvjpeg_library();
 #endif
   state_->stream = cuda::Stream::create(opts_.device.index);
 }

@@ -391,3 +391,10 @@ std::unique_ptr<DeviceJpegDecoder> make_nvjpeg_decoder(int device) {
 }
 
 }  // namespace ddp::data::detail
+
+// Looked up by name from libddp.so, whose DeviceDecodeLoader uses them (Note
+// [Loading CUDA when first used] in src/tensor/cuda_runtime.h).
+extern "C" ddp::data::detail::DeviceJpegDecoder* ddp_make_nvjpeg_decoder(int device) {
+  return ddp::data::detail::make_nvjpeg_decoder(device).release();
+}
+extern "C" void ddp_nvjpeg_library(std::string* out) { *out = ddp::data::detail::nvjpeg_library(); }

@@ -2,6 +2,8 @@
 
 #include "ddp/dist/backend_registry.h"
 
+#include "core/cuda_library.h"
+
 #include <algorithm>
 #include <map>
 #include <mutex>
@@ -46,14 +48,25 @@ void register_backend(BackendInfo info) {
   r.by_name.emplace(std::move(name), std::make_unique<BackendInfo>(std::move(info)));
 }
 
-const BackendInfo* find_backend(const std::string& name) {
+namespace {
+const BackendInfo* lookup(const std::string& name) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lk(r.mu);
   auto it = r.by_name.find(name);
   return it == r.by_name.end() ? nullptr : it->second.get();
 }
+}  // namespace
 
-std::vector<std::string> registered_backends() {
+// nccl registers when libddp_cuda.so opens (Note [Loading CUDA when first
+// used] in src/tensor/cuda_runtime.h), so a name not found opens it (never
+// under the lock: its registrar takes it) and asks again.
+const BackendInfo* find_backend(const std::string& name) {
+  if (const BackendInfo* b = lookup(name)) return b;
+  return ddp::detail::open_cuda_library() ? lookup(name) : nullptr;
+}
+
+std::vector<std::string> registered_backends(bool open_cuda_library) {
+  if (open_cuda_library) ddp::detail::open_cuda_library();
   Registry& r = registry();
   std::lock_guard<std::mutex> lk(r.mu);
   std::vector<std::string> out;

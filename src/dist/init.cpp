@@ -164,7 +164,9 @@ BackendPlan default_plan(const BackendContext& ctx) {
     auto rank = [t](const BackendInfo& b) {
       return std::make_pair(t == DeviceType::CUDA && b.native_cuda ? 0 : 1, b.preference);
     };
-    for (const std::string& name : registered_backends()) {
+    // A CPU-only job never needs nccl: leave libddp_cuda.so closed (Note
+    // [Loading CUDA when first used] in src/tensor/cuda_runtime.h).
+    for (const std::string& name : registered_backends(ctx.device.is_cuda())) {
       const BackendInfo& b = *find_backend(name);
       if (!b.takes(t) || !b.unusable(ctx).empty()) continue;
       if (!best || rank(b) < rank(*best)) best = &b;

@@ -40,8 +40,12 @@ Backend* cuda_backend() {
 
 Backend& backend_for(DeviceType type) {
   if (type == DeviceType::CPU) return cpu_backend();
+  // Asking first opens libddp_cuda.so when a driver is present, whose
+  // registrar fills the CUDA slot (Note [Loading CUDA when first used] in
+  // src/tensor/cuda_runtime.h).
+  const bool usable = cuda::is_available();
   Backend* cuda = cuda_backend();
-  if (!cuda || !cuda::is_available())
+  if (!cuda || !usable)
     DDP_THROW(DeviceError, "CUDA tensors need a usable GPU: {}", cuda::unavailable_reason());
   return *cuda;
 }

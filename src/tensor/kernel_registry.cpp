@@ -2,6 +2,8 @@
 
 #include "tensor/kernel_registry.h"
 
+#include "core/cuda_library.h"
+
 #include <mutex>
 
 #include "ddp/core/env.h"
@@ -23,7 +25,12 @@ const char* device_type_name(DeviceType d) { return d == DeviceType::CUDA ? "cud
 
 }  // namespace
 
-const std::vector<KernelEntry>& registered_kernels() { return entries(); }
+// The CUDA kernels register when libddp_cuda.so opens (Note [Loading CUDA
+// when first used] in src/tensor/cuda_runtime.h): a listing opens it.
+const std::vector<KernelEntry>& registered_kernels() {
+  ddp::detail::open_cuda_library();
+  return entries();
+}
 
 namespace detail {
 

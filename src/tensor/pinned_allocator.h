@@ -15,6 +15,10 @@ namespace ddp {
 // pinned_record_event has completed, so a copy still reading or writing the
 // buffer is never overwritten.
 Storage pinned_allocate(size_t nbytes);
+// The allocator itself, in libddp_cuda.so; pinned_allocate (libddp.so)
+// reaches it through the CUDA runtime (Note [Loading CUDA when first used]
+// in src/tensor/cuda_runtime.h).
+Storage cuda_pinned_allocate(size_t nbytes);
 // `ptr` (the start of a pinned_allocate buffer) is used by work queued on
 // `stream` now. Call it right after enqueuing the copy.
 void pinned_record_event(void* ptr, cuda::Stream stream);

@@ -166,7 +166,7 @@ PinnedAllocator& pinned_allocator() {
 
 }  // namespace
 
-Storage pinned_allocate(size_t nbytes) {
+Storage cuda_pinned_allocate(size_t nbytes) {
   if (nbytes == 0) return Storage(nullptr, 0, Device::cpu(), {});
   if (!cuda::is_available())
     DDP_THROW(DeviceError, "pinned_allocate: no usable CUDA device: {}",

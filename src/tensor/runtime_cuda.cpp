@@ -16,9 +16,11 @@
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
 #include "tensor/caching_allocator.h"
+#include "tensor/cuda_runtime.h"
 #include "tensor/cuda_event_pool.h"
 #include "tensor/device_error.h"
 #include "tensor/device_guard.h"
+#include "tensor/pinned_allocator.h"
 
 namespace ddp {
 
@@ -141,196 +143,182 @@ void release_cuda_event(int device, void* event) {
   lists.free[size_t(device)].push_back(static_cast<cudaEvent_t>(event));
 }
 
-namespace cuda {
+// ---- the runtime libddp.so forwards ddp/tensor/cuda.h to ------------------------
+// Note [Loading CUDA when first used] (src/tensor/cuda_runtime.h): this file
+// defines none of cuda.h's functions itself; libddp.so does, and calls these.
 
-bool is_compiled() { return true; }
-bool is_available() { return availability().count > 0; }
-int device_count() { return availability().count; }
-std::string unavailable_reason() { return availability().reason; }
+namespace {
 
-int current_device() { return resolve_device(-1, "current_device"); }
+class LoadedRuntime final : public detail::CudaRuntime {
+ public:
+  bool is_available() override { return availability().count > 0; }
+  int device_count() override { return availability().count; }
+  std::string unavailable_reason() override { return availability().reason; }
 
-void set_device(int index) {
-  check_index(index, "set_device");
-  DDP_CUDA_CHECK(cudaSetDevice(index));
-}
+  int current_device() override { return resolve_device(-1, "current_device"); }
 
-void synchronize(int device) {
-  device = resolve_device(device, "synchronize");
-  CudaDeviceGuard guard(device);
-  DDP_CUDA_CHECK(cudaDeviceSynchronize());
-  detail::raise_deferred_device_error(device);  // Note [Deferred device errors]
-}
-
-std::string device_name(int index) {
-  check_index(index, "device_name");
-  cudaDeviceProp prop{};
-  DDP_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
-  return prop.name;
-}
-
-// ---- streams --------------------------------------------------------------------
-
-// Streams are created non-blocking: they do not synchronise implicitly with
-// the legacy default stream, so a communication stream can overlap with
-// compute queued there; all ordering goes through events.
-Stream Stream::create(int device, bool high_priority) {
-  device = resolve_device(device, "Stream::create");
-  CudaDeviceGuard guard(device);
-  int least = 0, greatest = 0;  // numerically greatest = lowest priority
-  DDP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  cudaStream_t s = nullptr;
-  DDP_CUDA_CHECK(
-      cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high_priority ? greatest : least));
-  return Stream(s, device);
-}
-
-void Stream::destroy() {
-  if (!handle_) return;  // the default stream is never destroyed
-  require_available("Stream::destroy");
-  // Work still queued finishes first: cudaStreamDestroy releases the stream
-  // once the device is done with it, and returns at once.
-  DDP_CUDA_CHECK(cudaStreamDestroy(static_cast<cudaStream_t>(handle_)));
-  void*& slot = current_slot(device_);
-  if (slot == handle_) slot = nullptr;  // this thread must not keep using it
-  handle_ = nullptr;
-}
-
-void Stream::synchronize() const {
-  check_index(device_, "Stream::synchronize");
-  CudaDeviceGuard guard(device_);  // handle nullptr names the current device's default stream
-  DDP_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(handle_)));
-  detail::raise_deferred_device_error(device_);  // Note [Deferred device errors]
-}
-
-Stream current_stream(int device) {
-  device = resolve_device(device, "current_stream");
-  return Stream(current_slot(device), device);
-}
-
-void set_current_stream(const Stream& s) {
-  check_index(s.device(), "set_current_stream");
-  current_slot(s.device()) = s.handle();
-}
-
-// The guard changes the stream only, not the current device: kernels pick
-// their device from their tensors (CudaDeviceGuard), and then their stream
-// from current_stream(device).
-StreamGuard::StreamGuard(const Stream& s) : prev_(current_stream(s.device())) {
-  set_current_stream(s);
-}
-
-StreamGuard::~StreamGuard() {
-  current_slot(prev_.device()) = prev_.handle();  // cannot fail: no CUDA call
-}
-
-// ---- events -----------------------------------------------------------------------
-
-// Note [Timed events]
-// Event is created with timing enabled (cudaEventDefault) so elapsed_ms works
-// without a flag in the API; the cost is a timestamp write per record, which
-// is negligible at the granularity libddp records events (per bucket, per
-// step). The allocators use their own timing-disabled events
-// (acquire_cuda_event). The CUDA event is created lazily on the first
-// record(), on the recording stream's device; recording on another device's
-// stream later recreates it there.
-
-Event::Event() = default;
-
-Event::~Event() {
-  if (handle_) DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(handle_)));
-}
-
-Event::Event(Event&& o) noexcept : handle_(o.handle_), device_(o.device_) { o.handle_ = nullptr; }
-
-Event& Event::operator=(Event&& o) noexcept {
-  if (this != &o) {
-    if (handle_) DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(handle_)));
-    handle_ = o.handle_;
-    device_ = o.device_;
-    o.handle_ = nullptr;
+  void set_device(int index) override {
+    check_index(index, "set_device");
+    DDP_CUDA_CHECK(cudaSetDevice(index));
   }
-  return *this;
-}
 
-void Event::record(const Stream& s) {
-  check_index(s.device(), "Event::record");
-  CudaDeviceGuard guard(s.device());
-  if (handle_ && device_ != s.device()) {
-    DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(handle_)));
-    handle_ = nullptr;
+  void synchronize(int device) override {
+    device = resolve_device(device, "synchronize");
+    CudaDeviceGuard guard(device);
+    DDP_CUDA_CHECK(cudaDeviceSynchronize());
+    detail::raise_deferred_device_error(device);  // Note [Deferred device errors]
   }
-  if (!handle_) {
-    cudaEvent_t e = nullptr;
-    DDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));  // Note [Timed events]
-    handle_ = e;
-    device_ = s.device();
+
+  std::string device_name(int index) override {
+    check_index(index, "device_name");
+    cudaDeviceProp prop{};
+    DDP_CUDA_CHECK(cudaGetDeviceProperties(&prop, index));
+    return prop.name;
   }
-  DDP_CUDA_CHECK(
-      cudaEventRecord(static_cast<cudaEvent_t>(handle_), cuda_kernels::native(s)));
-}
 
-// An event never recorded counts as complete (like cudaEventQuery on a fresh
-// event), so wait/query/synchronize on it need no GPU.
-void Event::wait(const Stream& s) const {
-  if (!handle_) return;
-  check_index(s.device(), "Event::wait");
-  CudaDeviceGuard guard(s.device());
-  DDP_CUDA_CHECK(cudaStreamWaitEvent(cuda_kernels::native(s),
-                                     static_cast<cudaEvent_t>(handle_), 0));
-}
+  // ---- streams ----------------------------------------------------------------
 
-bool Event::query() const {
-  if (!handle_) return true;
-  cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(handle_));
-  if (err == cudaSuccess) return true;
-  if (err == cudaErrorNotReady) {
-    (void)cudaGetLastError();  // "not ready" is an answer, not an error
+  // Streams are created non-blocking: they do not synchronise implicitly with
+  // the legacy default stream, so a communication stream can overlap with
+  // compute queued there; all ordering goes through events.
+  cuda::Stream create_stream(int device, bool high_priority) override {
+    device = resolve_device(device, "Stream::create");
+    CudaDeviceGuard guard(device);
+    int least = 0, greatest = 0;  // numerically greatest = lowest priority
+    DDP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaStream_t s = nullptr;
+    DDP_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking,
+                                                high_priority ? greatest : least));
+    return cuda::Stream(s, device);
+  }
+
+  void destroy_stream(const cuda::Stream& stream) override {
+    require_available("Stream::destroy");
+    // Work still queued finishes first: cudaStreamDestroy releases the stream
+    // once the device is done with it, and returns at once.
+    DDP_CUDA_CHECK(cudaStreamDestroy(static_cast<cudaStream_t>(stream.handle())));
+    void*& slot = current_slot(stream.device());
+    if (slot == stream.handle()) slot = nullptr;  // this thread must not keep using it
+  }
+
+  void synchronize_stream(const cuda::Stream& stream) override {
+    check_index(stream.device(), "Stream::synchronize");
+    CudaDeviceGuard guard(stream.device());  // handle nullptr: the device's default stream
+    DDP_CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.handle())));
+    detail::raise_deferred_device_error(stream.device());  // Note [Deferred device errors]
+  }
+
+  cuda::Stream current_stream(int device) override {
+    device = resolve_device(device, "current_stream");
+    return cuda::Stream(current_slot(device), device);
+  }
+
+  void set_current_stream(const cuda::Stream& stream) override {
+    check_index(stream.device(), "set_current_stream");
+    current_slot(stream.device()) = stream.handle();
+  }
+
+  // The guard changes the stream only, not the current device: kernels pick
+  // their device from their tensors (CudaDeviceGuard), and then their stream
+  // from current_stream(device).
+  void restore_current_stream(const cuda::Stream& stream) noexcept override {
+    current_slot(stream.device()) = stream.handle();  // cannot fail: no CUDA call
+  }
+
+  // ---- events -----------------------------------------------------------------
+
+  // Note [Timed events]
+  // Event is created with timing enabled (cudaEventDefault) so elapsed_ms works
+  // without a flag in the API; the cost is a timestamp write per record, which
+  // is negligible at the granularity libddp records events (per bucket, per
+  // step). The allocators use their own timing-disabled events
+  // (acquire_cuda_event). The CUDA event is created lazily on the first
+  // record(), on the recording stream's device; recording on another device's
+  // stream later recreates it there.
+  void destroy_event(void* event) noexcept override {
+    DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+  }
+
+  void record_event(void*& event, int& device, const cuda::Stream& s) override {
+    check_index(s.device(), "Event::record");
+    CudaDeviceGuard guard(s.device());
+    if (event && device != s.device()) {
+      DDP_CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(event)));
+      event = nullptr;
+    }
+    if (!event) {
+      cudaEvent_t e = nullptr;
+      DDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDefault));  // Note [Timed events]
+      event = e;
+      device = s.device();
+    }
+    DDP_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), cuda_kernels::native(s)));
+  }
+
+  void wait_event(void* event, const cuda::Stream& s) override {
+    check_index(s.device(), "Event::wait");
+    CudaDeviceGuard guard(s.device());
+    DDP_CUDA_CHECK(cudaStreamWaitEvent(cuda_kernels::native(s), static_cast<cudaEvent_t>(event), 0));
+  }
+
+  bool query_event(void* event) override {
+    cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    if (err == cudaSuccess) return true;
+    if (err == cudaErrorNotReady) {
+      (void)cudaGetLastError();  // "not ready" is an answer, not an error
+      return false;
+    }
+    DDP_CUDA_CHECK(err);
     return false;
   }
-  DDP_CUDA_CHECK(err);
-  return false;
-}
 
-void Event::synchronize() const {
-  if (!handle_) return;
-  DDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(handle_)));
-  detail::raise_deferred_device_error(device_);  // Note [Deferred device errors]
-}
+  void synchronize_event(void* event, int device) override {
+    DDP_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
+    detail::raise_deferred_device_error(device);  // Note [Deferred device errors]
+  }
 
-float Event::elapsed_ms(const Event& end) const {
-  DDP_CHECK(handle_ && end.handle_, "Event::elapsed_ms: both events must have been recorded");
-  float ms = 0.f;
-  // cudaErrorNotReady (raised as CudaError) when either has not completed yet.
-  DDP_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(handle_),
-                                      static_cast<cudaEvent_t>(end.handle_)));
-  return ms;
-}
+  float elapsed_ms(void* start, void* end) override {
+    DDP_CHECK(start && end, "Event::elapsed_ms: both events must have been recorded");
+    float ms = 0.f;
+    // cudaErrorNotReady (raised as CudaError) when either has not completed yet.
+    DDP_CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start),
+                                        static_cast<cudaEvent_t>(end)));
+    return ms;
+  }
 
-// ---- caching allocator front ---------------------------------------------------------
+  // ---- caching allocator front --------------------------------------------------
 
-MemoryStats memory_stats(int device) {
-  return cuda_memory_stats(resolve_device(device, "memory_stats"));
-}
+  cuda::MemoryStats memory_stats(int device) override {
+    return cuda_memory_stats(resolve_device(device, "memory_stats"));
+  }
 
-void reset_peak_memory_stats(int device) {
-  cuda_reset_peak_memory_stats(resolve_device(device, "reset_peak_memory_stats"));
-}
+  void reset_peak_memory_stats(int device) override {
+    cuda_reset_peak_memory_stats(resolve_device(device, "reset_peak_memory_stats"));
+  }
 
-std::string memory_summary(int device) {
-  return cuda_memory_summary(resolve_device(device, "memory_summary"));
-}
+  std::string memory_summary(int device) override {
+    return cuda_memory_summary(resolve_device(device, "memory_summary"));
+  }
 
-// Without a GPU nothing can be cached, so there is nothing to empty: a no-op
-// rather than an error, so that generic cleanup code runs on CPU machines.
-void empty_cache() {
-  if (is_available()) cuda_empty_cache();
-}
+  // Without a GPU nothing can be cached, so there is nothing to empty: a no-op
+  // rather than an error, so that generic cleanup code runs on CPU machines.
+  void empty_cache() override {
+    if (is_available()) cuda_empty_cache();
+  }
 
-void record_stream(void* ptr, const Stream& stream) {
-  check_index(stream.device(), "record_stream");
-  cuda_record_stream(ptr, stream);
-}
+  void record_stream(void* ptr, const cuda::Stream& stream) override {
+    check_index(stream.device(), "record_stream");
+    cuda_record_stream(ptr, stream);
+  }
 
-}  // namespace cuda
+  Storage pinned_allocate(size_t nbytes) override { return cuda_pinned_allocate(nbytes); }
+};
+
+}  // namespace
 }  // namespace ddp
+
+// Note [Loading CUDA when first used]: what libddp.so looks up by name.
+extern "C" ddp::detail::CudaRuntime* ddp_cuda_runtime() {
+  static ddp::LoadedRuntime* const runtime = new ddp::LoadedRuntime;  // used until exit
+  return runtime;
+}

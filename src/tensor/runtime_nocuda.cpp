@@ -29,7 +29,6 @@ cuda::MemoryStats cuda_memory_stats(int) { no_cuda("memory_stats"); }
 void cuda_reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
 std::string cuda_memory_summary(int) { no_cuda("memory_summary"); }
 void cuda_empty_cache() {}  // nothing is ever cached
-Storage pinned_allocate(size_t) { no_cuda("pinned_allocate"); }
 void pinned_record_event(void*, cuda::Stream) { no_cuda("pinned_record_event"); }
 void pinned_empty_cache() {}
 CudaDeviceGuard::CudaDeviceGuard(int) { no_cuda("CudaDeviceGuard"); }
@@ -37,46 +36,4 @@ CudaDeviceGuard::~CudaDeviceGuard() = default;
 void* acquire_cuda_event(int) { no_cuda("acquire_cuda_event"); }
 void release_cuda_event(int, void*) {}
 
-namespace cuda {
-
-bool is_compiled() { return false; }
-bool is_available() { return false; }
-int device_count() { return 0; }
-std::string unavailable_reason() { return kReason; }
-int current_device() { no_cuda("current_device"); }
-void set_device(int) { no_cuda("set_device"); }
-void synchronize(int) { no_cuda("synchronize"); }
-std::string device_name(int) { no_cuda("device_name"); }
-
-Stream Stream::create(int, bool) { no_cuda("Stream::create"); }
-void Stream::destroy() {}  // only the default stream can exist: nothing to destroy
-void Stream::synchronize() const { no_cuda("Stream::synchronize"); }
-Stream current_stream(int) { no_cuda("current_stream"); }
-void set_current_stream(const Stream&) { no_cuda("set_current_stream"); }
-StreamGuard::StreamGuard(const Stream&) { no_cuda("StreamGuard"); }
-StreamGuard::~StreamGuard() = default;
-
-// Like the CUDA build: an event never recorded is complete, and needs no GPU
-// to say so. None can be recorded here.
-Event::Event() = default;
-Event::~Event() = default;
-Event::Event(Event&& o) noexcept : handle_(o.handle_), device_(o.device_) {}
-Event& Event::operator=(Event&& o) noexcept {
-  handle_ = o.handle_;
-  device_ = o.device_;
-  return *this;
-}
-void Event::record(const Stream&) { no_cuda("Event::record"); }
-void Event::wait(const Stream&) const {}
-bool Event::query() const { return true; }
-void Event::synchronize() const {}
-float Event::elapsed_ms(const Event&) const { no_cuda("Event::elapsed_ms"); }
-
-MemoryStats memory_stats(int) { no_cuda("memory_stats"); }
-void reset_peak_memory_stats(int) { no_cuda("reset_peak_memory_stats"); }
-std::string memory_summary(int) { no_cuda("memory_summary"); }
-void empty_cache() {}  // nothing is ever cached; see the CUDA build
-void record_stream(void*, const Stream&) { no_cuda("record_stream"); }
-
-}  // namespace cuda
 }  // namespace ddp

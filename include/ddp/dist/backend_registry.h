@@ -69,8 +69,11 @@ struct BackendInfo {
 void register_backend(BackendInfo info);
 // The entry, or null when this build has no such backend.
 const BackendInfo* find_backend(const std::string& name);
-// The registered names, sorted.
-std::vector<std::string> registered_backends();
+// The registered names, sorted. In a CUDA build nccl registers when
+// libddp_cuda.so opens, which find_backend and this do first unless
+// `open_cuda_library` is false (then: what is registered now, without
+// mapping the CUDA libraries; what a CPU-only choice of backend needs).
+std::vector<std::string> registered_backends(bool open_cuda_library = true);
 
 // Registers at load time, from a backend's source file:
 //   static const BackendRegistration kGloo{{.name = "gloo", ...}};
