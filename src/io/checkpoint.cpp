@@ -515,7 +515,7 @@ void Checkpoint::check_not_null(const std::string& name, const void* p) {
 Checkpoint& Checkpoint::add(const std::string& name, SaveFn save, LoadFn load) {
   check_name(name, "section", false);
   DDP_CHECK(save && load, "Checkpoint: section '{}' needs both a save and a load function", name);
-  sections_.push_back({name, std::move(save), std::move(load)});
+  sections_.push_back({name, std::move(save), std::move(load), {}, {}});
   return *this;
 }
 
