@@ -497,26 +497,32 @@ void ElasticGroup::exchange_per_rank() {
     if (section.per_rank()) registered.push_back(section.name);
   const std::string mine =
       fmt::format("{}\t{}\t{}", snapshot_ ? 1 : 0, names_of(sent), names_of(registered));
-  const std::vector<std::string> all = checkpoint_exchange(group_, options_.device)(mine);
+  struct Said {
+    bool holds;
+    std::string sent;                     // the snapshot's sections, as text
+    std::vector<std::string> registered;  // the per-rank sections it has
+  };
+  std::vector<Said> said;
+  for (const std::string& text : checkpoint_exchange(group_, options_.device)(mine)) {
+    auto f = split(text, '\t');
+    f.resize(3);  // split drops empty trailing fields
+    said.push_back({f[0] == "1", f[1], split(f[2], ',')});
+  }
   std::vector<int> holders;
-  std::string holder_sections;
   for (int r = 0; r < size(); ++r) {
-    auto f = split(all[size_t(r)], '\t');
-    while (f.size() < 3) f.push_back("");
-    if (f[0] != "1") continue;
-    if (holders.empty()) holder_sections = f[1];
-    DDP_CHECK(f[1] == holder_sections,
+    if (!said[size_t(r)].holds) continue;
+    const std::string& first = said[size_t(holders.empty() ? r : holders.front())].sent;
+    DDP_CHECK(said[size_t(r)].sent == first,
               "elastic: replicas {} and {} hold different per-rank sections ('{}' and '{}')",
-              members_[size_t(holders.empty() ? r : holders.front())], members_[size_t(r)],
-              holder_sections, f[1]);
+              members_[size_t(holders.front())], members_[size_t(r)], first,
+              said[size_t(r)].sent);
     holders.push_back(r);
   }
   DDP_CHECK(!holders.empty(), "elastic: no member of generation {} holds the job's state",
             generation_);
-  const auto wanted = split(holder_sections, ',');
+  const auto wanted = split(said[size_t(holders.front())].sent, ',');
   for (int r = 0; r < size(); ++r) {
-    auto f = split(all[size_t(r)], '\t');
-    const auto has = split(f.size() > 2 ? f[2] : "", ',');
+    const std::vector<std::string>& has = said[size_t(r)].registered;
     for (const std::string& name : wanted)
       DDP_CHECK_T(ValueError, name.empty() || std::find(has.begin(), has.end(), name) != has.end(),
                   "elastic: replica {} has no per-rank section '{}', which the members holding "
