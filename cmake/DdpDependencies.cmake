@@ -42,7 +42,7 @@ if(DDP_HAVE_CUDA)
   find_package(CUDNN)  # cmake/FindCUDNN.cmake; honours CUDNN_ROOT
   # libddp's cuDNN layers are written against the frontend's graph API
   # (header-only, PyPI wheel nvidia-cudnn-frontend), so cuDNN counts as found
-  # only with it. See Note [cuDNN graph API] in src/nn/cudnn_graph.h.
+  # only with it. See Note [cuDNN graph API] in kernels/cuda/cudnn_graph.h.
   if(CUDNN_FOUND)
     find_package(CudnnFrontend)  # cmake/FindCudnnFrontend.cmake; honours CUDNN_FRONTEND_ROOT
     if(NOT CudnnFrontend_FOUND)

@@ -9,6 +9,13 @@
 // Common guarantees: every tensor of one call is on the device the kernel was
 // registered for (one index), outputs are allocated by the frontend, shapes
 // and dtypes are already checked; numel may be 0.
+//
+// Every registration lives under kernels/: kernels/cpu/ (loops, and the
+// oneDNN and f64 reference convolutions) and kernels/cuda/ (*.cu, and the
+// cuDNN and cuBLASLt wrappers, *_cuda.cpp; Note [Source file names] in
+// src/CMakeLists.txt). A kernel stands below the op frontends: no CPU kernel
+// includes ddp/tensor/ops.h or an autograd header; the cuDNN wrappers still
+// compose tensor ops, under a no-grad guard, for their fallbacks.
 
 #include <cstdint>
 #include <vector>
@@ -54,6 +61,12 @@ DDP_DECLARE_KERNEL(conv2d_cache_stats, PlanCacheStats, ())
 DDP_DECLARE_KERNEL(conv2d_bias_relu_forward, bool,
                    (const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& b,
                     const Tensor& y))
+// dst = src for two f32 tensors of one shape and any strides: the layout
+// conversions (NCHW <-> NHWC) of Note [NCHW convolutions on the CPU], which
+// the CPU registration makes with a cached oneDNN reorder, far faster than a
+// generic strided copy. Registered on the CPU only (without oneDNN it raises
+// NotImplementedError, as the f32 convolution kernels do).
+DDP_DECLARE_KERNEL(conv2d_copy_layout, void, (const Tensor& src, const Tensor& dst))
 
 // ---- batch_norm (src/nn/functional/batch_norm.cpp) --------------------------------
 // x [N, C, ...] floating, contiguous or (4-D) NHWC-strided; y like x (same
@@ -61,7 +74,11 @@ DDP_DECLARE_KERNEL(conv2d_bias_relu_forward, bool,
 // save_mean and save_invstd [C] in the statistics dtype (f64 for f64, else
 // f32). Training: normalises with the batch statistics (biased variance),
 // saves their mean and 1/sqrt(var + eps), and updates defined running
-// statistics in place with the unbiased variance: r = (1 − m)·r + m·batch.
+// statistics in place with the unbiased variance: r = (1 − m)·r + m·batch,
+// rounded as ddp::update_running_stat rounds (the frontend's composite path
+// and SyncBatchNorm use it; a library kernel makes the update in its own
+// pass, cuDNN's batchnorm node; the CPU loops as Note [Running statistics
+// on the CPU] in kernels/cpu/batch_norm.cpp).
 DDP_DECLARE_KERNEL(batch_norm_train_forward, void,
                    (const Tensor& x, const Tensor& weight, const Tensor& bias,
                     const Tensor& running_mean, const Tensor& running_var, double momentum,
@@ -211,7 +228,7 @@ DDP_DECLARE_KERNEL(linear_cache_stats, PlanCacheStats, ())
 // composite (reference) path for both passes. It may build and cache
 // library plans to find out (cuDNN's engines depend on the GPU, the version
 // and the shape). A device without a registration has no fused attention.
-// CUDA: Note [Attention paths on CUDA] in src/nn/functional/attention_cuda.cpp.
+// CUDA: Note [Attention paths on CUDA] in kernels/cuda/attention_cuda.cpp.
 DDP_DECLARE_KERNEL(attention_supports, bool,
                    (const Tensor& q, const Tensor& k, float scale, bool causal,
                     bool needs_backward))

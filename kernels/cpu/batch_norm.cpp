@@ -33,12 +33,9 @@
 #include <vector>
 
 #include "convert.h"
-#include "ddp/tensor/functors.h"
-#include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
-#include "ddp/tensor/ops.h"
+#include "ddp/tensor/functors.h"
 #include "kernel_list.h"
-#include "ddp/tensor/running_stats.h"
 
 namespace ddp::cpu_kernels {
 
@@ -301,6 +298,33 @@ void apply_add_relu(const Layout& l, const Tensor& x, const std::vector<A>& mean
   copy_back(out, y);
 }
 
+// Note [Running statistics on the CPU]
+// running = (1 − m)·running + m·value per channel, in place, with the
+// arithmetic of ddp::update_running_stat (ddp/tensor/running_stats.h: the
+// r.mul_(1 − m).add_(value, m) that batch_norm's composite path and
+// SyncBatchNorm run) step for step: value cast to running's dtype, 1 − m and m
+// rounded to it as scalar operands are, each product and the sum rounded to
+// it from its compute type. So the kernel's running statistics equal theirs
+// bit for bit, computed here without the ops frontend or autograd (kernels
+// stand below both; kernels/kernel_list.h). An undefined running tensor
+// (track_running_stats = false) is left alone.
+void update_running_stat(const Tensor& running, const std::vector<double>& value,
+                         double momentum) {
+  if (!running.defined()) return;
+  auto blend = [&]<class T>() {
+    const compute_t<T> keep = load(cast_to<T>(1.0 - momentum)), take = load(cast_to<T>(momentum));
+    T* p = running.data<T>();
+    const int64_t stride = running.stride(0);
+    for (int64_t c = 0; c < running.size(0); ++c) {
+      T& r = p[c * stride];
+      const T kept = store<T>(load(r) * keep);
+      const T taken = store<T>(load(cast_to<T>(value[size_t(c)])) * take);
+      r = store<T>(load(kept) + load(taken));
+    }
+  };
+  on_float_dtype(running.dtype(), blend);
+}
+
 // The batch's mean and 1/sqrt(var + eps) per channel, saved into save_mean
 // and save_invstd, and the running statistics updated.
 template <class T, class A>
@@ -335,10 +359,9 @@ void batch_statistics(const Layout& l, const Tensor& x, const Tensor& running_me
   write_vector(mean_d, save_mean);
   write_vector(invstd_d, save_invstd);
   const double n = count;
-  const Tensor mean_t = Tensor::from_vector(mean_d, {l.c}, TensorOptions(DType::f64));
-  const Tensor var_t = Tensor::from_vector(var, {l.c}, TensorOptions(DType::f64));
-  update_running_stat(running_mean, mean_t, momentum);
-  update_running_stat(running_var, var_t * (n / (n - 1)), momentum);
+  for (double& v : var) v *= n / (n - 1);  // unbiased
+  update_running_stat(running_mean, mean_d, momentum);
+  update_running_stat(running_var, var, momentum);
 }
 
 // The running mean and 1/sqrt(running_var + eps).

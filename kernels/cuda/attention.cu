@@ -29,7 +29,7 @@
 // delta are packed [B·H, T].
 // It is the f32 path and the reference for cuDNN's fused attention, which
 // serves f16/bf16 (Note [Attention paths on CUDA] in
-// src/nn/functional/attention_cuda.cpp registers both).
+// kernels/cuda/attention_cuda.cpp registers both).
 
 #include "cuda/flash_attention.h"
 #include "cuda/common.cuh"

@@ -2,7 +2,7 @@
 // The hand-written fused attention (kernels/cuda/attention.cu, Note [Flash
 // attention kernels]): f32/f16/bf16, head sizes 16, 32, 64 and 128. It is not
 // registered itself: the CUDA registration of attention_* in
-// src/nn/functional/attention_cuda.cpp chooses between it and cuDNN's fused
+// kernels/cuda/attention_cuda.cpp chooses between it and cuDNN's fused
 // attention (Note [Attention paths on CUDA] there). q, k, v, out, dout, dq,
 // dk and dv are [B, H, rows, D] with any batch, head and row strides and a
 // dense last dim (Note [Strided attention operands] in
@@ -19,7 +19,7 @@
 namespace ddp::cuda_kernels {
 
 // Whether the hand kernel takes this dtype and head size. Inline and free of
-// CUDA, so the path decision (src/nn/functional/attention_path.h) and its CPU
+// CUDA, so the path decision (kernels/cuda/attention_path.h) and its CPU
 // unit test see the same answer as the kernel's dispatch.
 constexpr bool flash_attention_supports(DType dtype, int64_t head_size) {
   return (dtype == DType::f32 || dtype == DType::f16 || dtype == DType::bf16) &&

@@ -1,4 +1,5 @@
-// See Note [Memory-format propagation] in include/ddp/tensor/memory_format.h.
+// See Note [Memory-format propagation] and Note [Channels-last tensors] in
+// include/ddp/tensor/memory_format.h.
 
 #include <algorithm>
 #include <numeric>
@@ -9,6 +10,35 @@
 #include "ddp/core/error.h"
 
 namespace ddp {
+
+bool is_channels_last(const Tensor& t) {
+  if (!t.defined() || t.dim() != 4) return false;
+  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+  const Shape& st = t.strides();
+  // A 1-channel image batch is contiguous both ways; it counts as NHWC only
+  // when to_channels_last() marked it so (channel stride 1), so that a
+  // channels-last model's first conv keeps its output NHWC.
+  if (t.is_contiguous() && !(c == 1 && h * w > 1 && st[1] == 1)) return false;
+  // A dim of size 1 may have any stride.
+  return (c == 1 || st[1] == 1) && (w == 1 || st[3] == c) && (h == 1 || st[2] == w * c) &&
+         (t.size(0) == 1 || st[0] == h * w * c);
+}
+
+Tensor to_channels_last(const Tensor& t) {
+  DDP_CHECK_T(ShapeError, t.defined() && t.dim() == 4,
+              "to_channels_last: expected a 4-D [N, C, H, W] tensor, got {}",
+              t.defined() ? t.describe() : "an undefined tensor");
+  if (is_channels_last(t)) return t;
+  if (t.size(1) == 1)  // [N, 1, H, W] -> [N, H, W, 1] keeps the element order
+    return t.contiguous().reshape({t.size(0), t.size(2), t.size(3), 1}).permute({0, 3, 1, 2});
+  return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
+}
+
+Tensor empty_nchw(const Shape& shape, DType dtype, Device device, bool channels_last) {
+  TensorOptions opts = TensorOptions(dtype).device(device);
+  if (!channels_last) return Tensor::empty(shape, opts);
+  return Tensor::empty({shape[0], shape[2], shape[3], shape[1]}, opts).permute({0, 3, 1, 2});
+}
 
 bool dense_layout_strides(const Tensor& like, Shape* strides) {
   if (!like.defined() || like.numel() == 0) return false;

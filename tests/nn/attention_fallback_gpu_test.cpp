@@ -1,5 +1,5 @@
 // The CUDA attention's fallbacks and large heads on a GPU (Note [Attention
-// paths on CUDA] in src/nn/functional/attention_cuda.cpp; the decision itself
+// paths on CUDA] in kernels/cuda/attention_cuda.cpp; the decision itself
 // is unit-tested on the CPU in attention_path_test.cpp); skipped without a
 // GPU:
 //   - DDP_CUDNN_DETERMINISTIC=1: every call runs without raising, twice, the

@@ -1,7 +1,7 @@
 // The fused CUDA attention against the reference path, forward and backward;
 // skipped without a GPU. f16/bf16 take cuDNN's fused attention where the
 // build and the GPU have it, f32 the hand kernel (Note [Attention paths on
-// CUDA] in src/nn/functional/attention_cuda.cpp); the cuDNN tests below pit
+// CUDA] in kernels/cuda/attention_cuda.cpp); the cuDNN tests below pit
 // the two against each other and against the CPU, and check that the
 // log-sum-exp each forward saves is the same quantity.
 

@@ -1,4 +1,4 @@
-// The CUDA attention's path decision (src/nn/functional/attention_path.h,
+// The CUDA attention's path decision (kernels/cuda/attention_path.h,
 // Note [Attention paths on CUDA] in attention_cuda.cpp) on the CPU: which of
 // cuDNN, the hand kernel and the reference path each (dtype, head size,
 // compute capability, settings, cuDNN verdict) takes, which verdicts it asks
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "nn/functional/attention_path.h"
+#include "cuda/attention_path.h"
 
 namespace ddp::test {
 namespace {

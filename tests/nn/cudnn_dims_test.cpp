@@ -1,9 +1,9 @@
-// The int-range check of cuDNN descriptors (src/nn/cudnn_dims.h), which
+// The int-range check of cuDNN descriptors (kernels/cuda/cudnn_dims.h), which
 // needs no GPU: broadcast views give huge sizes without memory.
 
 #include <gtest/gtest.h>
 
-#include "nn/cudnn_dims.h"
+#include "cuda/cudnn_dims.h"
 
 namespace ddp {
 namespace {

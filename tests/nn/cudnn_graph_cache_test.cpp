@@ -1,10 +1,10 @@
-// GraphCache (src/nn/cudnn_graph_cache.h), the cuDNN layers' plan cache, with
+// GraphCache (kernels/cuda/cudnn_graph_cache.h), the cuDNN layers' plan cache, with
 // a plain Entry instead of a cuDNN graph: it holds no cuDNN type, so this
 // runs in every build. Note [Per-thread graph caches]: one map per thread,
 // stats summed over threads, an exited thread's shard taken over by the
 // next new thread, caches that die leaving no stale shard behind.
 
-#include "nn/cudnn_graph_cache.h"
+#include "cuda/cudnn_graph_cache.h"
 
 #include <gtest/gtest.h>
 

@@ -37,7 +37,7 @@
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
 #include "nn/conv_golden_util.h"
-#include "nn/cudnn_policy.h"
+#include "cuda/cudnn_policy.h"
 
 namespace ddp::test {
 namespace {

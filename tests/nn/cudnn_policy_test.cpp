@@ -1,4 +1,4 @@
-// The cuDNN layers' decisions that need no GPU (src/nn/cudnn_policy.h):
+// The cuDNN layers' decisions that need no GPU (kernels/cuda/cudnn_policy.h):
 // - Note [cuDNN pointer alignment]: which operands are staged, and that
 //   staging keeps values and layout and writes outputs back;
 // - Note [cuDNN workspace fallback]: the order plans are tried in when a
@@ -7,7 +7,7 @@
 //   with sums a 16-bit accumulator could not reach).
 // Run on CPU tensors; the GPU side is tests/nn/cudnn_graph_gpu_test.cpp.
 
-#include "nn/cudnn_policy.h"
+#include "cuda/cudnn_policy.h"
 
 #include <gtest/gtest.h>
 

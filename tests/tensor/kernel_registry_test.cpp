@@ -26,6 +26,7 @@ std::set<std::string> registered_for(DeviceType d) {
 const std::set<std::string> kCpuKernels = {
     "softmax_forward",        "softmax_backward",        "conv2d_forward",
     "conv2d_backward_data",   "conv2d_backward_weight",  "conv2d_cache_stats",
+    "conv2d_copy_layout",
     "batch_norm_train_forward", "batch_norm_eval_forward", "batch_norm_backward",
     "max_pool2d_forward",     "max_pool2d_backward",     "max_pool2d_forward_nhwc",
     "max_pool2d_backward_nhwc", "layer_norm_forward",

@@ -1,10 +1,12 @@
 #pragma once
-// The running-statistics update of the batch-norm family, shared by the CPU
-// batch-norm kernels (kernels/cpu/batch_norm.cpp), batch_norm's composite
-// path and SyncBatchNorm: running = (1 − m)·running + m·value, in place and
-// unrecorded, value cast to running's dtype. An undefined running tensor
-// (track_running_stats = false) is left alone. Public (not meant for
-// applications) because its users span three layers: tensor, nn, parallel.
+// The running-statistics update of the batch-norm family, shared by
+// batch_norm's composite path and SyncBatchNorm: running = (1 − m)·running +
+// m·value, in place and unrecorded, value cast to running's dtype. An
+// undefined running tensor (track_running_stats = false) is left alone. The
+// CPU batch-norm kernels make the same update, bit for bit, in their own
+// loop (Note [Running statistics on the CPU] in kernels/cpu/batch_norm.cpp),
+// as kernels use no ops frontend. Public (not meant for applications)
+// because its users span two layers: nn and parallel.
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/tensor/tensor.h"

@@ -12,7 +12,7 @@
 #include "ddp/tensor/ops.h"
 #include "ddp/autograd/node.h"
 #include "kernel_list.h"
-#include "nn/functional/attention_path.h"
+#include "cuda/attention_path.h"
 
 namespace ddp::nn::functional {
 

@@ -1,23 +1,23 @@
 // conv2d: argument checks, layout, the kernel calls and the backward, side
 // by side. The kernels (kernels/kernel_list.h) are registered by
-// conv_cpu.cpp (oneDNN for f32, conv_reference.cpp for f64) and
-// conv_cuda.cpp (cuDNN).
+// kernels/cpu/conv.cpp (oneDNN for f32, kernels/cpu/conv_reference.cpp for
+// f64) and kernels/cuda/conv_cuda.cpp (cuDNN).
 //
 // Note [Conv2d backends]
 // - CPU f32: oneDNN convolution forward / backward-data / backward-weights
 //   primitives, created once per geometry and cached.
 // - CPU f64: oneDNN has no f64 convolution. A plain-loop reference
-//   implementation (conv_reference.cpp) serves f64 only, so that gradcheck
-//   can run on conv2d: it checks the frontend's backward wiring (which
+//   implementation (kernels/cpu/conv_reference.cpp) serves f64 only, so
+//   that gradcheck can run on conv2d: it checks the frontend's backward wiring (which
 //   gradient goes where, groups, bias, layouts) with the same three entry
 //   points the oneDNN path uses, while the oneDNN kernels themselves are
 //   checked against PyTorch's golden values in f32 and against this
 //   reference (tests/nn/conv_test.cpp).
 // - CPU f16/bf16: computed in f32 by the CPU kernels (the inputs are
-//   converted, the result converted back once); CPU half precision is for
-//   tests, not speed.
+//   converted, the result converted back once, in kernels/cpu/conv.cpp);
+//   CPU half precision is for tests, not speed.
 // - CUDA: cuDNN for every floating dtype; see Note [cuDNN convolution] in
-//   conv_cuda.cpp.
+//   kernels/cuda/conv_cuda.cpp.
 // x, y, dy and dx share one layout, NCHW or NHWC (Note [Channels-last
 // tensors]); weights are contiguous [O, C/G, KH, KW] on the CPU.
 
@@ -33,7 +33,6 @@
 #include "ddp/core/error.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
-#include "nn/functional/conv_cpu.h"
 
 namespace ddp::kernels {
 
@@ -62,41 +61,12 @@ ConvCacheStats conv2d_cache_stats(DeviceType device) {
   return {s.entries, s.hits, s.misses};
 }
 
-bool is_channels_last(const Tensor& t) {
-  if (!t.defined() || t.dim() != 4) return false;
-  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
-  const Shape& st = t.strides();
-  // A 1-channel image batch is contiguous both ways; it counts as NHWC only
-  // when to_channels_last() marked it so (channel stride 1), so that a
-  // channels-last model's first conv keeps its output NHWC.
-  if (t.is_contiguous() && !(c == 1 && h * w > 1 && st[1] == 1)) return false;
-  // A dim of size 1 may have any stride.
-  return (c == 1 || st[1] == 1) && (w == 1 || st[3] == c) && (h == 1 || st[2] == w * c) &&
-         (t.size(0) == 1 || st[0] == h * w * c);
-}
-
-Tensor to_channels_last(const Tensor& t) {
-  DDP_CHECK_T(ShapeError, t.defined() && t.dim() == 4,
-              "to_channels_last: expected a 4-D [N, C, H, W] tensor, got {}",
-              t.defined() ? t.describe() : "an undefined tensor");
-  if (is_channels_last(t)) return t;
-  if (t.size(1) == 1)  // [N, 1, H, W] -> [N, H, W, 1] keeps the element order
-    return t.contiguous().reshape({t.size(0), t.size(2), t.size(3), 1}).permute({0, 3, 1, 2});
-  return t.permute({0, 2, 3, 1}).contiguous().permute({0, 3, 1, 2});
-}
-
 namespace {
 std::atomic<int64_t> g_layout_conversions{0};
 }
 int64_t layout_conversion_count() { return g_layout_conversions.load(std::memory_order_relaxed); }
 void detail::count_layout_conversion() {
   g_layout_conversions.fetch_add(1, std::memory_order_relaxed);
-}
-
-Tensor empty_nchw(const Shape& shape, DType dtype, Device device, bool channels_last) {
-  TensorOptions opts = TensorOptions(dtype).device(device);
-  if (!channels_last) return Tensor::empty(shape, opts);
-  return Tensor::empty({shape[0], shape[2], shape[3], shape[1]}, opts).permute({0, 3, 1, 2});
 }
 
 namespace {
@@ -114,14 +84,14 @@ Tensor to_nhwc_cpu(const Tensor& t) {
   if (t.size(1) == 1) return to_channels_last(t);  // a view, no copy
   detail::count_layout_conversion();
   Tensor out = empty_nchw(t.shape(), t.dtype(), t.device(), /*channels_last=*/true);
-  conv_detail::onednn::copy_layout(t, out);
+  kernels::call<kernels::conv2d_copy_layout>(t.device(), t, out);
   return out;
 }
 Tensor to_nchw_cpu(const Tensor& t) {
   if (t.is_contiguous()) return t;
   detail::count_layout_conversion();
   Tensor out = Tensor::empty(t.shape(), t.dtype());
-  conv_detail::onednn::copy_layout(t, out);
+  kernels::call<kernels::conv2d_copy_layout>(t.device(), t, out);
   return out;
 }
 

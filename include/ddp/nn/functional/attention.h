@@ -14,7 +14,7 @@
 // covers it in f64. It is what the CPU runs and what the fused GPU kernel
 // (Note [Flash attention kernels], which never writes the T×S scores to
 // memory) must agree with. On CUDA (Note [Attention paths on CUDA] in
-// src/nn/functional/attention_cuda.cpp):
+// kernels/cuda/attention_cuda.cpp):
 //   - f16/bf16 with a head size that is a multiple of 8 up to 256, on a GPU
 //     of compute capability 8.0 or newer: cuDNN's fused attention (tensor
 //     cores), when libddp was built with cuDNN and cuDNN builds the graphs

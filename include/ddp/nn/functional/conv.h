@@ -6,24 +6,17 @@
 //
 // x [N, C, H, W], w [O, C/groups, KH, KW], b [O] or undefined, zero padding.
 // Forward and backward (input, weight, bias) are in src/nn/functional/conv.cpp;
-// the kernels are oneDNN on the CPU (conv_onednn.cpp) and cuDNN on CUDA
-// (conv_cuda.cpp). See Note [Conv2d backends] there.
+// the kernels are oneDNN on the CPU (kernels/cpu/conv_onednn.cpp) and cuDNN
+// on CUDA (kernels/cuda/conv_cuda.cpp). See Note [Conv2d backends] in conv.cpp.
 //
-// Note [Channels-last tensors]
-// Memory format is not a property of ddp::Tensor; it is read off the strides,
-// as torch does: a 4-D tensor whose strides are those of a contiguous
-// [N, H, W, C] tensor permuted to [N, C, H, W] is "channels last" (NHWC).
-// conv2d, batch_norm and max_pool2d accept both layouts and give their output
-// (and the input's gradient) the input's layout, so a model fed NHWC tensors
-// stays NHWC, which is what lets cuDNN use tensor cores for f16/bf16.
-// to_channels_last() converts. A tensor that is both (H = W = 1, or C = 1)
-// is treated as NCHW, except a 1-channel tensor that to_channels_last()
-// made (channel stride 1), so that a grayscale input keeps a channels-last
-// model NHWC.
+// Channels-last tensors: Note [Channels-last tensors] in
+// include/ddp/tensor/memory_format.h, where is_channels_last,
+// to_channels_last and empty_nchw live (also named here, below).
 
 #include <cstdint>
 
 #include "ddp/nn/functional/int2.h"
+#include "ddp/tensor/memory_format.h"
 #include "ddp/tensor/tensor.h"
 
 namespace ddp::nn::functional {
@@ -67,11 +60,10 @@ struct ConvCacheStats {
 };
 ConvCacheStats conv2d_cache_stats(DeviceType device);
 
-// See Note [Channels-last tensors].
-bool is_channels_last(const Tensor& t);
-// A copy with NHWC strides (differentiable); t itself when already so.
-Tensor to_channels_last(const Tensor& t);
-// An uninitialised [N, C, H, W] tensor, NHWC-strided when channels_last.
-Tensor empty_nchw(const Shape& shape, DType dtype, Device device, bool channels_last);
+// The memory-format helpers of the tensor layer (ddp/tensor/memory_format.h),
+// by the names the conv-family layers have always used.
+using ::ddp::empty_nchw;
+using ::ddp::is_channels_last;
+using ::ddp::to_channels_last;
 
 }  // namespace ddp::nn::functional

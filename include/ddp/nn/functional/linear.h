@@ -8,7 +8,7 @@
 // autograd derives the backward from those ops (dX = dY·W, dW = dYᵀ·X,
 // db = Σ_rows dY). CUDA: one cuBLASLt call with a fused epilogue (bias, or
 // bias + GELU saving the pre-activation), whose backward computes dW and db
-// in one GEMM (Note [cuBLASLt linear] in src/nn/functional/linear_cuda.cpp);
+// in one GEMM (Note [cuBLASLt linear] in kernels/cuda/linear_cuda.cpp);
 // cases cuBLASLt declines take the CPU's composition on the GPU. And
 // linear_gelu_linear, the GPT MLP's two layers as one op.
 

@@ -98,10 +98,10 @@
 #include "ddp/core/logging.h"
 #include "ddp/nn/cudnn.h"
 #include "kernel_list.h"
-#include "nn/functional/attention_path.h"
+#include "cuda/attention_path.h"
 
 #if DDP_HAVE_CUDNN
-#include "nn/cudnn_graph.h"
+#include "cuda/cudnn_graph.h"
 #endif
 
 namespace ddp::nn::functional {

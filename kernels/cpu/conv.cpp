@@ -1,12 +1,13 @@
 // The CPU conv2d kernels (kernels/kernel_list.h), routed by dtype as Note
-// [Conv2d backends] in conv.cpp describes: oneDNN for f32, the plain-loop
-// reference for f64, and f16/bf16 computed in f32 and rounded once.
+// [Conv2d backends] in src/nn/functional/conv.cpp describes: oneDNN for f32,
+// the plain-loop reference for f64, and f16/bf16 computed in f32 and rounded
+// once; and the f32 layout copy (oneDNN's reorder).
 
 #include "ddp/config.h"
 #include "ddp/core/error.h"
-#include "ddp/nn/functional/conv.h"
+#include "ddp/tensor/memory_format.h"
 #include "kernel_list.h"
-#include "nn/functional/conv_cpu.h"
+#include "cpu/conv.h"
 
 namespace ddp::nn::functional::conv_detail {
 
@@ -79,5 +80,6 @@ DDP_REGISTER_KERNEL(conv2d_forward, CPU, forward)
 DDP_REGISTER_KERNEL(conv2d_backward_data, CPU, backward_data)
 DDP_REGISTER_KERNEL(conv2d_backward_weight, CPU, backward_weight)
 DDP_REGISTER_KERNEL(conv2d_cache_stats, CPU, onednn::cache_stats)
+DDP_REGISTER_KERNEL(conv2d_copy_layout, CPU, onednn::copy_layout)
 
 }  // namespace ddp::nn::functional::conv_detail

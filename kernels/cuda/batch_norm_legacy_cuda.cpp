@@ -22,11 +22,11 @@
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
-#include "ddp/nn/functional/conv.h"
+#include "ddp/tensor/memory_format.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
-#include "nn/cudnn_util.h"
-#include "nn/functional/batch_norm_cuda_detail.h"
+#include "cuda/cudnn_util.h"
+#include "cuda/batch_norm_cuda_detail.h"
 #include "tensor/device_guard.h"
 
 namespace ddp::nn::functional::batch_norm_cuda {

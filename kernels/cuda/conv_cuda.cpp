@@ -1,5 +1,5 @@
 // conv2d on CUDA through cuDNN's graph API (Note [cuDNN graph API] in
-// src/nn/cudnn_graph.h).
+// kernels/cuda/cudnn_graph.h).
 //
 // Note [cuDNN convolution]
 // - Graphs: one per pass, fprop (x, w -> y), dgrad (dy, w -> dx) and wgrad
@@ -27,7 +27,7 @@
 // - Alignment: the graphs assume 16-byte-aligned pointers; a misaligned
 //   operand (a view at an odd offset) is copied to aligned memory first and
 //   a misaligned output computed into aligned scratch and copied back
-//   (Note [cuDNN pointer alignment] in src/nn/cudnn_policy.h).
+//   (Note [cuDNN pointer alignment] in kernels/cuda/cudnn_policy.h).
 // - Layout: every tensor is described with its real strides, weight
 //   included, so a channels-last model (Module::to(MemoryFormat::
 //   channels_last): x, w, y NHWC) and an NCHW one both run with no copy; dw
@@ -55,7 +55,7 @@
 //   caching allocator and is reused by the next call on that stream. When
 //   the chosen plan's workspace cannot be allocated, the next candidate
 //   plan whose workspace fits runs instead; OutOfMemoryError only when none
-//   fits (Note [cuDNN workspace fallback] in src/nn/cudnn_policy.h).
+//   fits (Note [cuDNN workspace fallback] in kernels/cuda/cudnn_policy.h).
 
 #include "ddp/config.h"
 
@@ -72,11 +72,11 @@
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
 #include "ddp/nn/cudnn.h"
-#include "ddp/nn/functional/conv.h"
 #include "ddp/nn/functional/layout_conversions.h"
+#include "ddp/tensor/memory_format.h"
 #include "kernel_list.h"
-#include "nn/cudnn_graph.h"
-#include "nn/cudnn_policy.h"
+#include "cuda/cudnn_graph.h"
+#include "cuda/cudnn_policy.h"
 #include "tensor/device_guard.h"
 
 namespace ddp::nn::functional {

@@ -1,16 +1,16 @@
-// See src/nn/cudnn_graph.h and Note [cuDNN graph API] there.
+// See kernels/cuda/cudnn_graph.h and Note [cuDNN graph API] there.
 
 #include "ddp/config.h"
 
 #if DDP_HAVE_CUDNN
 
-#include "nn/cudnn_graph.h"
+#include "cuda/cudnn_graph.h"
 
 #include <fmt/format.h>
 
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
-#include "nn/cudnn_policy.h"
+#include "cuda/cudnn_policy.h"
 
 namespace ddp::nn::cudnn_graph {
 
@@ -93,7 +93,7 @@ void execute(fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& by_uid
   const int64_t count = graph.get_execution_plan_count();
   const int64_t primary = first_built_plan(graph, count);
   if (primary < 0) DDP_THROW(CudnnError, "{}: execution of a graph with no built plan", op);
-  // See Note [cuDNN workspace fallback] in src/nn/cudnn_policy.h.
+  // See Note [cuDNN workspace fallback] in kernels/cuda/cudnn_policy.h.
   Tensor ws;
   std::string oom;  // the allocator's last message
   auto workspace_of = [&](int64_t i) -> std::optional<int64_t> {

@@ -1,6 +1,6 @@
 #pragma once
 // GraphCache: built cuDNN graphs by key, one map per thread (Note [cuDNN
-// graph API] in src/nn/cudnn_graph.h, which includes this header). It holds
+// graph API] in kernels/cuda/cudnn_graph.h, which includes this header). It holds
 // no cuDNN type itself, so it has no cuDNN include and unit tests exercise
 // it in any build (tests/nn/cudnn_graph_cache_test.cpp).
 //

@@ -2,13 +2,13 @@
 // oneDNN has no f64 convolution; this path exists so that gradcheck (which
 // needs f64) covers conv2d's frontend and backward wiring. It is O(N·O·C/G·
 // OH·OW·KH·KW) with no blocking: correct, small, slow. See Note [Conv2d
-// backends] in conv.cpp. Tensors are read through their strides, so NCHW and
-// NHWC layouts both work.
+// backends] in src/nn/functional/conv.cpp. Tensors are read through their
+// strides, so NCHW and NHWC layouts both work.
 
 #include <cstdint>
 
 #include "ddp/core/error.h"
-#include "nn/functional/conv_cpu.h"
+#include "cpu/conv.h"
 
 namespace ddp::nn::functional::conv_detail::reference {
 

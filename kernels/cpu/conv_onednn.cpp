@@ -1,5 +1,5 @@
 // conv2d on the CPU in f32 through oneDNN primitives; see Note [Conv2d
-// backends] in conv.cpp.
+// backends] in src/nn/functional/conv.cpp.
 //
 // Note [oneDNN primitive cache]
 // Creating a oneDNN primitive (choosing and JIT-compiling an implementation)
@@ -25,8 +25,9 @@
 //   tensors; a channels-last weight is read and written as ohwi, so a
 //   channels-last model's weights and their gradients stay channels-last;
 // - activations: none for channels-last tensors. NCHW f32 tensors reach
-//   these kernels already NHWC (conv.cpp converts x and dy once per
-//   convolution with copy_layout, Note [NCHW convolutions on the CPU]);
+//   these kernels already NHWC (the frontend, src/nn/functional/conv.cpp,
+//   converts x and dy once per convolution with the conv2d_copy_layout
+//   kernel, copy_layout below; Note [NCHW convolutions on the CPU]);
 //   only the f16/bf16 path's NCHW f32 copies are reordered here, into an
 //   NHWC scratch and back, which costs a memory pass and still leaves the
 //   NCHW path well ahead of gemm.
@@ -48,7 +49,7 @@
 #include <vector>
 
 #include "ddp/core/error.h"
-#include "nn/functional/conv_cpu.h"
+#include "cpu/conv.h"
 
 namespace ddp::nn::functional::conv_detail::onednn {
 
@@ -243,7 +244,8 @@ void run(dnnl::stream& stream, const dnnl::primitive& p, const memory::desc& scr
 void execute(const ConvGeometry& g, Pass pass, const std::vector<const Tensor*>& tensors,
              const Tensor& weight) {
   static const char* names[] = {"forward", "backward_data", "backward_weights"};
-  // conv.cpp hands over contiguous or channels-last weights only.
+  // The frontend (src/nn/functional/conv.cpp) hands over contiguous or
+  // channels-last weights only.
   const WeightTag wtag = weight.is_contiguous() ? tag::oihw : tag::ohwi;
   try {
     std::shared_ptr<const Entry> entry = cached(g, pass, wtag);
@@ -352,13 +354,13 @@ void backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, 
 }  // namespace ddp::nn::functional::conv_detail::onednn
 
 #else  // !DDP_HAVE_DNNL
-// conv_cpu.cpp's kernels raise NotImplementedError (require_onednn) before
-// calling forward or backward_*; copy_layout, which conv.cpp calls directly
-// to re-lay out NCHW f32 tensors on the CPU, raises here; cache_stats reports
-// an empty cache.
+// kernels/cpu/conv.cpp's kernels raise NotImplementedError (require_onednn)
+// before calling forward or backward_*; copy_layout (the conv2d_copy_layout
+// kernel, which the frontend calls to re-lay out NCHW f32 tensors on the CPU)
+// raises here; cache_stats reports an empty cache.
 
 #include "ddp/core/error.h"
-#include "nn/functional/conv_cpu.h"
+#include "cpu/conv.h"
 
 namespace ddp::nn::functional::conv_detail::onednn {
 [[noreturn]] static void no_dnnl() {

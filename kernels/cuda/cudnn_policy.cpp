@@ -1,7 +1,7 @@
-// See src/nn/cudnn_policy.h: Note [cuDNN pointer alignment] and Note [cuDNN
+// See kernels/cuda/cudnn_policy.h: Note [cuDNN pointer alignment] and Note [cuDNN
 // workspace fallback]. Built in every configuration (no cuDNN include).
 
-#include "nn/cudnn_policy.h"
+#include "cuda/cudnn_policy.h"
 
 #include <fmt/format.h>
 
@@ -12,7 +12,7 @@
 #include "core/format_bytes.h"
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
-#include "ddp/nn/functional/conv.h"
+#include "ddp/tensor/memory_format.h"
 #include "ddp/tensor/ops.h"
 
 namespace ddp::nn::cudnn_policy {
@@ -26,8 +26,8 @@ bool is_aligned(const Tensor& t, int64_t alignment) {
 }
 
 Tensor empty_dense_like(const Tensor& t) {
-  if (functional::is_channels_last(t))
-    return functional::empty_nchw(t.shape(), t.dtype(), t.device(), /*channels_last=*/true);
+  if (is_channels_last(t))
+    return empty_nchw(t.shape(), t.dtype(), t.device(), /*channels_last=*/true);
   return Tensor::empty(t.shape(), TensorOptions(t.dtype()).device(t.device()));
 }
 

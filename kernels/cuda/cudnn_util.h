@@ -18,7 +18,7 @@
 
 #include "ddp/core/dtype.h"
 #include "ddp/tensor/tensor.h"
-#include "nn/cudnn_check.h"
+#include "cuda/cudnn_check.h"
 
 namespace ddp::nn::cudnn_util {
 

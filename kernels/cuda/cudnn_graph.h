@@ -19,12 +19,12 @@
 // caller decides (fall back, or raise with the op's name).
 // Pointers: every graph assumes 16-byte-aligned data pointers (the
 // frontend's default); callers stage misaligned operands through aligned
-// copies (Note [cuDNN pointer alignment] in src/nn/cudnn_policy.h). When
+// copies (Note [cuDNN pointer alignment] in kernels/cuda/cudnn_policy.h). When
 // the chosen plan's workspace cannot be allocated, execute() runs the next
 // candidate plan whose workspace fits (Note [cuDNN workspace fallback]).
 // Thread safety: built graphs are never shared between threads. The cache
 // is per thread (Note [Per-thread graph caches] in
-// src/nn/cudnn_graph_cache.h): cuDNN does not promise that every engine's
+// kernels/cuda/cudnn_graph_cache.h): cuDNN does not promise that every engine's
 // execution plan may run from two threads at once, and execute() may build
 // further plans into a graph. Each thread executes its own graphs with its
 // own handle (cudnn_util::handle()); a thread's first call of a key builds
@@ -44,8 +44,8 @@
 #include "ddp/core/dtype.h"
 #include "ddp/tensor/tensor.h"
 #include "kernel_list.h"
-#include "nn/cudnn_graph_cache.h"
-#include "nn/cudnn_util.h"
+#include "cuda/cudnn_graph_cache.h"
+#include "cuda/cudnn_util.h"
 
 namespace ddp::nn::cudnn_graph {
 
@@ -80,7 +80,7 @@ std::optional<std::string> build(fe::graph::Graph& graph, const char* op,
 // when its workspace does not fit, the next candidate plan whose workspace
 // does (built into the graph on first need, hence the non-const graph);
 // OutOfMemoryError naming the plans tried when none fits. See Note [cuDNN
-// workspace fallback] in src/nn/cudnn_policy.h. Every pointer must be
+// workspace fallback] in kernels/cuda/cudnn_policy.h. Every pointer must be
 // 16-byte aligned (Note [cuDNN pointer alignment]).
 void execute(fe::graph::Graph& graph, std::unordered_map<int64_t, void*>& by_uid,
              const Tensor& like, const char* op);
@@ -94,6 +94,6 @@ inline void key_add(std::string& key, int64_t v) {
 void key_add(std::string& key, const Tensor& t);
 
 // GraphCache<Entry>: built graphs by key, one map per thread; see
-// src/nn/cudnn_graph_cache.h.
+// kernels/cuda/cudnn_graph_cache.h.
 
 }  // namespace ddp::nn::cudnn_graph

@@ -1,9 +1,9 @@
 #pragma once
 // Internal: the CPU convolution backend's two implementations, which
-// conv_cpu.cpp registers as the CPU conv2d kernels (routing by dtype; see
-// Note [Conv2d backends] in conv.cpp): oneDNN primitives for f32
-// (conv_onednn.cpp) and plain loops for f64 (conv_reference.cpp). Contracts
-// as in kernels/kernel_list.h.
+// kernels/cpu/conv.cpp registers as the CPU conv2d kernels (routing by
+// dtype; see Note [Conv2d backends] in src/nn/functional/conv.cpp): oneDNN
+// primitives for f32 (kernels/cpu/conv_onednn.cpp) and plain loops for f64
+// (kernels/cpu/conv_reference.cpp). Contracts as in kernels/kernel_list.h.
 
 #include "common/conv_geometry.h"
 #include "ddp/tensor/tensor.h"

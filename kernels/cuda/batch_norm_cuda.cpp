@@ -5,7 +5,7 @@
 //
 // Note [cuDNN batch norm graphs]
 // Each kernel describes its work as a frontend graph (Note [cuDNN graph
-// API] in src/nn/cudnn_graph.h), built once per key and cached:
+// API] in kernels/cuda/cudnn_graph.h), built once per key and cached:
 // - training forward: the batchnorm node (the batch's mean and
 //   1/sqrt(var + eps) as outputs, the running statistics' update as
 //   outputs from the previous values and the momentum), then for the fused
@@ -23,7 +23,7 @@
 // The graphs assume 16-byte-aligned pointers: every operand they bind, the
 // per-channel tensors included (a parameter may be a view into a flat
 // buffer), is staged through an aligned copy when it is not, before the key
-// is made (Note [cuDNN pointer alignment] in src/nn/cudnn_policy.h). The
+// is made (Note [cuDNN pointer alignment] in kernels/cuda/cudnn_policy.h). The
 // cache is per thread and leaked (Note [Per-thread graph caches]).
 // A momentum that changes every step (BatchNorm2d's momentum = nullopt,
 // the cumulative average) would build a graph per step: past
@@ -53,12 +53,12 @@
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
-#include "ddp/nn/functional/conv.h"
+#include "ddp/tensor/memory_format.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
-#include "nn/cudnn_graph.h"
-#include "nn/cudnn_policy.h"
-#include "nn/functional/batch_norm_cuda_detail.h"
+#include "cuda/cudnn_graph.h"
+#include "cuda/cudnn_policy.h"
+#include "cuda/batch_norm_cuda_detail.h"
 #include "tensor/device_guard.h"
 
 namespace ddp::nn::functional::batch_norm_cuda {
@@ -88,7 +88,7 @@ struct BnGraph {
 // would be destroyed at exit, destroying its cuDNN graphs after cuDNN may
 // already have unloaded the engine libraries it loads lazily (a crash at
 // exit); PyTorch leaks its cuDNN caches for the same reason. See Note
-// [Per-thread graph caches] in src/nn/cudnn_graph_cache.h.
+// [Per-thread graph caches] in kernels/cuda/cudnn_graph_cache.h.
 cg::GraphCache<BnGraph>& cache() {
   static auto* c = new cg::GraphCache<BnGraph>;
   return *c;

@@ -1,4 +1,4 @@
-// See src/nn/cudnn_util.h.
+// See kernels/cuda/cudnn_util.h.
 //
 // Note [cuDNN handles]
 // A cuDNN handle belongs to one device and must not be used by two threads
@@ -23,9 +23,9 @@
 
 #include "core/cuda_check.h"
 #include "cuda/on_device.h"
-#include "nn/cudnn_dims.h"
+#include "cuda/cudnn_dims.h"
 #include "ddp/tensor/cuda.h"
-#include "nn/cudnn_util.h"
+#include "cuda/cudnn_util.h"
 
 namespace ddp::nn::cudnn_util {
 
