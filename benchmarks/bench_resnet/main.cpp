@@ -2,9 +2,11 @@
 //
 //   bench_resnet --model resnet50 --batch-size 128 --amp bf16 --channels-last --json r.json
 //   bench_resnet --model resnet20 --device cpu --batch-size 64 --threads 2
+//   bench_resnet --model resnet50 --device cpu --batch-size 8 --threads 2 --eval
 //
 // Times `--steps` training steps (forward, cross-entropy, backward, SGD)
-// after `--warmup` untimed ones on a synthetic batch made on the device
+// (with --eval: inference, the forward and loss of the model in eval mode
+// under no-grad) after `--warmup` untimed ones on a synthetic batch made on the device
 // beforehand, and reports images/s from the median step, the spread, peak
 // memory, the FLOPs per image (counted from the model's layers, Note
 // [Benchmark FLOPs]) and the MFU they imply. Usage, output fields and
@@ -34,6 +36,7 @@ struct Options : CommonOptions {
   int64_t batch_size = 32;
   int64_t image_size = 0;  // 0: the model's own
   bool channels_last = false;
+  bool eval = false;
 };
 
 Options parse(int argc, char** argv, ddp::Device& device) {
@@ -47,6 +50,9 @@ Options parse(int argc, char** argv, ddp::Device& device) {
   args.add_int("--image-size", &o.image_size,
                "image side (default 224 for resnet18-101, 32 for resnet20/32/56)", 1);
   args.add_flag("--channels-last", &o.channels_last, "the model and its images channels-last (NHWC; tensor cores on GPUs)");
+  args.add_flag("--eval", &o.eval,
+                "time inference instead: forward + loss in eval mode under no-grad (no backward, "
+                "no optimizer)");
   add_common_options(args, o, "image");
   args.parse(argc, argv);
   device = common_device(args, o);
@@ -76,6 +82,8 @@ int run(const Options& o, const ddp::Device& device) {
     if (o.channels_last) setup.batch.x = ddp::nn::functional::to_channels_last(setup.batch.x);
     setup.device = device;
     setup.amp = o.amp;
+    setup.eval = o.eval;
+    if (o.eval) model->eval();
   }
 
   BenchInfo info;
@@ -90,16 +98,20 @@ int run(const Options& o, const ddp::Device& device) {
   info.num_params = model->num_parameters();
   info.unit = "image";
   info.samples_per_step = o.batch_size;
-  info.flops_per_sample = 6.0 * double(macs);
+  const int passes = o.eval ? 1 : 3;  // forward only, or forward + two backward passes
+  info.flops_per_sample = 2.0 * passes * double(macs);
   info.flops_how = fmt::format(
-      "3 x 2 x {:.4g} GMAC forward, convolutions and fc counted from the model at {}x{}", 1e-9 * double(macs),
-      o.image_size, o.image_size);
+      "{} x 2 x {:.4g} GMAC forward, convolutions and fc counted from the model at {}x{}", passes,
+      1e-9 * double(macs), o.image_size, o.image_size);
   info.step_how =
-      "forward + cross-entropy + backward + SGD (momentum 0.9, weight decay 1e-4; multi-tensor)";
+      o.eval ? "eval mode, no-grad: forward + cross-entropy (no backward, no optimizer)"
+             : "forward + cross-entropy + backward + SGD (momentum 0.9, weight decay 1e-4; "
+               "multi-tensor)";
   info.model_lines.push_back(fmt::format("images 3x{}x{}, {} classes, {}", o.image_size,
                                          o.image_size, num_classes(o.model),
                                          o.channels_last ? "channels-last (NHWC)" : "NCHW"));
-  info.model_json.add("image_size", o.image_size).add("channels_last", o.channels_last);
+  info.model_json.add("image_size", o.image_size).add("channels_last", o.channels_last)
+      .add("eval", o.eval);
   info.peak_tflops = o.peak_tflops;
   info.json_path = o.json_path;
   info.dry_run = o.dry_run;

@@ -5,6 +5,7 @@
 
 #include "ddp/amp/autocast.h"
 #include "ddp/amp/grad_scaler.h"
+#include "ddp/autograd/grad_mode.h"
 #include "ddp/tensor/cuda.h"
 
 namespace bench {
@@ -30,6 +31,13 @@ Timing time_training(TrainSetup& s, int64_t warmup, int64_t steps) {
   const std::optional<ddp::DType> low = amp_dtype(s.amp);
   ddp::Tensor loss;
   auto step = [&]() -> bool {
+    if (s.eval) {
+      ddp::autograd::NoGradGuard no_grad;
+      std::optional<ddp::amp::Autocast> autocast;
+      if (low) autocast.emplace(s.device, *low);
+      loss = s.loss(s.model->forward(s.batch.x), s.batch.y);
+      return true;
+    }
     s.optimizer->zero_grad();
     {
       std::optional<ddp::amp::Autocast> autocast;

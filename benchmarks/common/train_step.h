@@ -31,6 +31,10 @@ struct TrainSetup {
   Batch batch;
   ddp::Device device;
   std::string amp = "off";  // off | bf16 | f16
+  // Inference instead of training: forward and loss under NoGradGuard, no
+  // backward and no optimizer (which may then be null). The caller puts
+  // the model in eval mode.
+  bool eval = false;
 };
 
 struct Timing {

@@ -12,6 +12,10 @@ multi-tensor implementation where it has one).
 
     python3 bench_resnet.py --batch-size 256 --amp bf16 --channels-last [--compile]
     python3 bench_resnet.py --device cpu --batch-size 2 --image-size 32 --steps 2 --warmup 1
+    python3 bench_resnet.py --device cpu --batch-size 8 --threads 2 --channels-last --eval
+
+With --eval the step is inference instead: model.eval(), forward and
+cross-entropy under torch.no_grad() (no backward, no optimizer).
 
 The last stdout line is a JSON object (images_per_s, step_s_median, ...)."""
 import os
@@ -30,11 +34,11 @@ MODELS = {"resnet20": lambda: resnet20(3, 10), "resnet50": lambda: resnet50(3, 1
 CIFAR_STYLE = {"resnet20"}  # 32x32 images, 10 classes
 
 
-def train_flops_per_image(model, image_size):
+def forward_flops_per_image(model, image_size):
     """Note [Benchmark FLOPs] in benchmarks/common/models.h: the multiply-
     accumulates of every convolution and of the classifier, x 2 FLOPs per
-    MAC, x 3 for forward + backward (BatchNorm, ReLU, pooling left out).
-    resnet50 at 224: 4.09 GMAC -> 24.5 GFLOP per trained image."""
+    MAC (BatchNorm, ReLU, pooling left out); the caller multiplies by 3 for
+    forward + backward. resnet50 at 224: 4.09 GMAC -> 8.18 GFLOP forward."""
     macs = []
 
     def count(module, inputs, output):
@@ -53,7 +57,7 @@ def train_flops_per_image(model, image_size):
     model.train(was_training)
     for h in hooks:
         h.remove()
-    return 2 * 3 * sum(macs)
+    return 2 * sum(macs)
 
 
 def main():
@@ -63,6 +67,8 @@ def main():
                    help="image side (default 224, or 32 for resnet20)")
     p.add_argument("--channels-last", action="store_true",
                    help="NHWC model and input (what lets cuDNN use tensor cores well)")
+    p.add_argument("--eval", action="store_true",
+                   help="time inference instead: forward + loss in eval mode under no_grad")
     args = p.parse_args()
     bench_common.check_args(p, args)
     args.image_size = args.image_size or (32 if args.model in CIFAR_STYLE else 224)
@@ -74,7 +80,8 @@ def main():
     fmt = torch.channels_last if args.channels_last else torch.contiguous_format
     model = MODELS[args.model]()
     classes = model.fc.out_features
-    flops = train_flops_per_image(model, args.image_size)  # on the CPU, before moving it
+    # On the CPU, before moving it; x 3 for a training step's two backward passes.
+    flops = forward_flops_per_image(model, args.image_size) * (1 if args.eval else 3)
     model.to(args.device, memory_format=fmt)
     compiled_model, compiled = bench_common.maybe_compile(model, args.compile)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
@@ -83,7 +90,14 @@ def main():
                     device=args.device).contiguous(memory_format=fmt)
     y = torch.randint(0, classes, (args.batch_size,), device=args.device)
 
+    if args.eval:
+        model.eval()
+
     def step():
+        if args.eval:
+            with torch.no_grad(), bench_common.autocast(args):
+                F.cross_entropy(compiled_model(x), y)
+            return
         opt.zero_grad(set_to_none=True)
         with bench_common.autocast(args):
             loss = F.cross_entropy(compiled_model(x), y)
@@ -99,7 +113,8 @@ def main():
     times = bench_common.time_steps(step, args)
     bench_common.report(times, args.batch_size, "images", flops, n_params, args, compiled,
                         {"benchmark": "bench_resnet", "model": args.model,
-                         "image_size": args.image_size, "channels_last": args.channels_last})
+                         "image_size": args.image_size, "channels_last": args.channels_last,
+                         "eval": args.eval})
 
 
 if __name__ == "__main__":

@@ -35,6 +35,10 @@ def parse_args():
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--eval-limit", type=int, default=1000)
     p.add_argument("--batch-size", type=int, default=128, help="global batch")
+    p.add_argument("--torch-memory-format", default="contiguous",
+                   choices=["contiguous", "channels-last"],
+                   help="the PyTorch twin's layout (libddp's trainer picks its own: channels-last "
+                        "on the CPU, Note [Trainer memory format])")
     p.add_argument("--json", default="", help="write the runs and medians here")
     return p.parse_args()
 
@@ -70,7 +74,7 @@ def main():
     else:
         libddp = ["mpirun", "--oversubscribe", "-np", str(a.nproc), trainer] + common
     torch = ["/usr/bin/python3", os.path.join(HERE, "resnet20_fashion_mnist_ddp.py"), "--nproc",
-             str(a.nproc)] + common
+             str(a.nproc), "--memory-format", a.torch_memory_format] + common
     runs = {"libddp": [], "pytorch": []}
     for r in range(a.rounds):
         for who, cmd in (("libddp", libddp), ("pytorch", torch)):

@@ -10,7 +10,8 @@ horizontal flips and normalisation (mean 0.2860, std 0.3530); a shuffled
 DistributedSampler; global batch 128 split over the ranks; SGD with Nesterov
 momentum 0.9, peak lr 0.1, weight decay 5e-4 on weights of dimension >= 2
 only; 0.2 epochs of linear warmup from 0, then a cosine to 0, stepped per
-optimizer step; f32, NCHW; DistributedDataParallel with its default 25 MiB
+optimizer step; f32, NCHW (NHWC with --memory-format channels-last);
+DistributedDataParallel with its default 25 MiB
 buckets over gloo (nccl on GPUs).
 
 Launch:
@@ -67,6 +68,8 @@ def parse_args(argv=None):
     p.add_argument("--backend", default="", choices=["", "gloo", "nccl"],
                    help="default: nccl on GPUs, else gloo")
     p.add_argument("--json", default="", help="also write the final JSON object to this file")
+    p.add_argument("--memory-format", default="contiguous", choices=["contiguous", "channels-last"],
+                   help="the model's and the images' layout (train_resnet's option of that name)")
     return p.parse_args(argv)
 
 
@@ -143,6 +146,10 @@ def allreduce_sum(values, device):
     return t.tolist()
 
 
+def memory_format(args):
+    return torch.channels_last if args.memory_format == "channels-last" else torch.contiguous_format
+
+
 def evaluate(model, test, args, world, rank, local_batch, device):
     """Sharded like train_resnet's: rank r takes positions r, r + R, ... of
     the first n test images; the sampler's padding (positions >= n) is not
@@ -163,7 +170,7 @@ def evaluate(model, test, args, world, rank, local_batch, device):
             if keep == 0:
                 continue
             x, y = x[:keep].to(device), y[:keep].to(device)
-            logits = model(x)
+            logits = model(x.contiguous(memory_format=memory_format(args)))
             loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").item()
             correct += (logits.argmax(1) == y).sum().item()
             counted += keep
@@ -201,7 +208,8 @@ def train(args):
 
     train_set = FashionMnist(args.data_dir, True)
     test_set = FashionMnist(args.data_dir, False)
-    model = resnet20(1, 10).to(device)
+    fmt = memory_format(args)
+    model = resnet20(1, 10).to(device, memory_format=fmt)
     if lead:
         print(f"resnet20_fashion_mnist_ddp (torch {torch.__version__}): {world} rank(s), "
               f"backend {backend}, device {device}"
@@ -245,6 +253,7 @@ def train(args):
         epoch_start = time.perf_counter()
         for x, y in loader:
             x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+            x = x.contiguous(memory_format=fmt)
             loss = F.cross_entropy(ddp_model(x), y)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -289,7 +298,7 @@ def train(args):
               f"images/s, training {format_duration(train_s)}, total {format_duration(total_s)}")
         summary = {"model": "resnet20", "data": "fashion-mnist", "world_size": world,
                    "backend": backend, "device": str(device), "global_batch": args.batch_size,
-                   "amp": "off", "start_step": 0, "steps": step,
+                   "amp": "off", "memory_format": args.memory_format, "start_step": 0, "steps": step,
                    "epochs": step / steps_per_epoch, "test_accuracy": result[0],
                    "test_loss": result[1], "images_per_s": images_per_s, "train_s": train_s,
                    "total_s": total_s, "peak_memory_mib": peak_memory_mib(device),

@@ -33,6 +33,22 @@
 //   NCHW path well ahead of gemm.
 // Every reorder is a cached primitive too. oneDNN may pick a plain layout
 // itself (1-channel inputs); then no reorder runs.
+//
+// Note [oneDNN weight cache]
+// A weight's blocked copy is kept with the weight: in a slot of its Storage
+// (Storage::attachment), so it is freed with the weight, tagged with the
+// storage's version (Note [Tensor version counter] in storage.h), the
+// view's address and the blocked layout. A pass whose weight has not been
+// written since its copy was made runs on that copy and skips the reorder;
+// any counted write (an optimizer step, copy_, a broadcast...) makes the
+// next call reorder again, into the same buffer when no other call is using
+// it. What this saves: every weight reorder of evaluation after the first
+// batch, and those of the micro-steps of gradient accumulation (no_sync)
+// after the first; a plain training step writes its weights once per step,
+// so it still reorders each weight once per pass, as before. What it costs:
+// one blocked copy per weight and pass (forward, backward-data) kept
+// between calls. DDP_CONV_WEIGHT_CACHE=0 turns it off (every call
+// reorders, as before the cache).
 
 #include "ddp/config.h"
 
@@ -41,6 +57,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -238,6 +255,90 @@ void run(dnnl::stream& stream, const dnnl::primitive& p, const memory::desc& scr
   p.execute(stream, args);
 }
 
+// See Note [oneDNN weight cache]. One blocked copy per (view address,
+// layout) of a weight's storage; a handful at most (forward and
+// backward-data of each weight viewing the storage).
+struct BlockedCopy {
+  const void* user_data;
+  memory::desc layout;
+  uint64_t version;
+  Tensor blocked;  // u8, layout.get_size() bytes
+};
+struct BlockedWeights {
+  std::vector<BlockedCopy> copies;
+};
+constexpr size_t kMaxCopiesPerStorage = 8;
+
+struct WeightCache {
+  std::mutex mu;  // guards every storage's slot and the counts
+  int64_t hits = 0, misses = 0;
+};
+WeightCache& weight_cache() {
+  static auto* c = new WeightCache;  // leaked, like cache()
+  return *c;
+}
+
+bool weight_cache_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DDP_CONV_WEIGHT_CACHE");
+    return !(v && std::string(v) == "0");
+  }();
+  return enabled;
+}
+
+// The weight operand in the primitive's layout: the cached copy when the
+// weight is unchanged since it was made, else a fresh reorder (kept for
+// the next call unless the weight was written while it ran).
+memory blocked_weights(dnnl::stream& stream, const Operand& op, const Tensor& w,
+                       std::vector<Tensor>& keep) {
+  WeightCache& c = weight_cache();
+  const Storage& st = w.storage();
+  const void* data = w.data_ptr();
+  const uint64_t version = st.version();
+  Tensor target;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    auto* slot = static_cast<BlockedWeights*>(st.attachment().get());
+    if (slot) {
+      for (BlockedCopy& copy : slot->copies) {
+        if (copy.user_data != data || copy.layout != op.prim) continue;
+        if (copy.version == version) {
+          ++c.hits;
+          keep.push_back(copy.blocked);
+          return memory(op.prim, cpu_engine(), copy.blocked.data_ptr());
+        }
+        // Stale: reorder into its buffer unless another call still runs on it.
+        if (copy.blocked.storage().use_count() == 1) target = copy.blocked;
+        break;
+      }
+    }
+    ++c.misses;
+  }
+  if (!target.defined()) target = Tensor::empty({int64_t(op.prim.get_size())}, DType::u8);
+  keep.push_back(target);
+  memory user(op.user, cpu_engine(), const_cast<void*>(data));
+  memory prim(op.prim, cpu_engine(), target.data_ptr());
+  run(stream, op.reorder, op.reorder_scratchpad, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, prim}},
+      keep);
+  stream.wait();
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (st.version() != version) return prim;  // written meanwhile: use it once, keep nothing
+  auto* slot = static_cast<BlockedWeights*>(st.attachment().get());
+  if (!slot) {
+    st.set_attachment(std::make_shared<BlockedWeights>());
+    slot = static_cast<BlockedWeights*>(st.attachment().get());
+  }
+  auto& copies = slot->copies;
+  for (auto it = copies.begin(); it != copies.end(); ++it)
+    if (it->user_data == data && it->layout == op.prim) {
+      copies.erase(it);
+      break;
+    }
+  if (copies.size() >= kMaxCopiesPerStorage) copies.erase(copies.begin());
+  copies.push_back({data, op.prim, version, target});
+  return prim;
+}
+
 // Runs one pass on the tensors (in the order of Entry::operands): reorders
 // the inputs into the primitive's layouts, runs it, reorders the outputs
 // back. oneDNN errors become ddp::Error naming the pass and geometry.
@@ -260,6 +361,10 @@ void execute(const ConvGeometry& g, Pass pass, const std::vector<const Tensor*>&
       memory user(op.user, cpu_engine(), tensors[i]->data_ptr());
       if (!op.reorder) {
         args.emplace(op.arg, user);
+        continue;
+      }
+      if (op.arg == DNNL_ARG_WEIGHTS && weight_cache_enabled()) {
+        args.emplace(op.arg, blocked_weights(stream, op, *tensors[i], keep));
         continue;
       }
       memory prim = scratch_memory(op.prim, keep);
@@ -330,6 +435,10 @@ PlanCacheStats cache_stats() {
   std::lock_guard<std::mutex> lock(c.mu);
   PlanCacheStats s = c.stats;
   s.entries = int64_t(c.map.size());
+  WeightCache& w = weight_cache();
+  std::lock_guard<std::mutex> wlock(w.mu);
+  s.weight_hits = w.hits;
+  s.weight_misses = w.misses;
   return s;
 }
 

@@ -23,7 +23,7 @@ void compare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out);
 void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out);
 
 // reduce.cpp
-void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out);
+void reduce_rows(ReductionOp op, const Tensor& in, const Tensor& out);
 
 // matmul.cpp
 void bmm(const Tensor& a, const Tensor& b, const Tensor& out);

@@ -85,9 +85,9 @@ void for_rows(const Tensor& in, const Tensor& out, RowFn row_fn) {
 
 }  // namespace
 
-void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out) {
+void reduce_rows(ReductionOp op, const Tensor& in, const Tensor& out) {
   switch (op) {
-    case ReduceOp::sum:
+    case ReductionOp::sum:
       dispatch_all(in.dtype(), "sum", [&]<class T>() {
         if constexpr (is_float_like<T>) {
           for_rows<T, T>(in, out,
@@ -97,23 +97,23 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out) {
         }
       });
       return;
-    case ReduceOp::max:
+    case ReductionOp::max:
       dispatch_all(in.dtype(), "max", [&]<class T>() {
         for_rows<T, T>(in, out, [](const T* p, int64_t n) { return extreme<true>(p, n); });
       });
       return;
-    case ReduceOp::min:
+    case ReductionOp::min:
       dispatch_all(in.dtype(), "min", [&]<class T>() {
         for_rows<T, T>(in, out, [](const T* p, int64_t n) { return extreme<false>(p, n); });
       });
       return;
-    case ReduceOp::argmax:
+    case ReductionOp::argmax:
       dispatch_all(in.dtype(), "argmax", [&]<class T>() {
         for_rows<T, int64_t>(in, out,
                              [](const T* p, int64_t n) { return arg_extreme<true>(p, n); });
       });
       return;
-    case ReduceOp::argmin:
+    case ReductionOp::argmin:
       dispatch_all(in.dtype(), "argmin", [&]<class T>() {
         for_rows<T, int64_t>(in, out,
                              [](const T* p, int64_t n) { return arg_extreme<false>(p, n); });

@@ -33,8 +33,8 @@ void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& o
            cuda::Stream stream);
 
 // reduce.cu
-void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cuda::Stream stream);
-void reduce_cols(ReduceOp op, const Tensor& in, const Tensor& out, cuda::Stream stream);
+void reduce_rows(ReductionOp op, const Tensor& in, const Tensor& out, cuda::Stream stream);
+void reduce_cols(ReductionOp op, const Tensor& in, const Tensor& out, cuda::Stream stream);
 
 // src/tensor/matmul_cuda.cpp (cuBLAS)
 void bmm(const Tensor& a, const Tensor& b, const Tensor& out, cuda::Stream stream);

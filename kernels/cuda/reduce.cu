@@ -291,10 +291,10 @@ static void launch(const Tensor& in, const Tensor& out, cuda::Stream stream) {
 }
 
 template <bool Columns>
-static void reduce(const char* what, ReduceOp op, const Tensor& in, const Tensor& out,
+static void reduce(const char* what, ReductionOp op, const Tensor& in, const Tensor& out,
                    cuda::Stream stream) {
   switch (op) {
-    case ReduceOp::sum:
+    case ReductionOp::sum:
       dispatch_all(in.dtype(), "sum", [&]<class T>() {
         if constexpr (is_half_like<T> || std::is_floating_point_v<T>)
           launch<Columns, SumFloat<T>>(in, out, stream);
@@ -302,22 +302,22 @@ static void reduce(const char* what, ReduceOp op, const Tensor& in, const Tensor
           launch<Columns, SumInt<T>>(in, out, stream);
       });
       return;
-    case ReduceOp::max:
+    case ReductionOp::max:
       dispatch_all(in.dtype(), "max", [&]<class T>() {
         launch<Columns, ExtremeOf<T, true, false>>(in, out, stream);
       });
       return;
-    case ReduceOp::min:
+    case ReductionOp::min:
       dispatch_all(in.dtype(), "min", [&]<class T>() {
         launch<Columns, ExtremeOf<T, false, false>>(in, out, stream);
       });
       return;
-    case ReduceOp::argmax:
+    case ReductionOp::argmax:
       dispatch_all(in.dtype(), "argmax", [&]<class T>() {
         launch<Columns, ExtremeOf<T, true, true>>(in, out, stream);
       });
       return;
-    case ReduceOp::argmin:
+    case ReductionOp::argmin:
       dispatch_all(in.dtype(), "argmin", [&]<class T>() {
         launch<Columns, ExtremeOf<T, false, true>>(in, out, stream);
       });
@@ -326,7 +326,7 @@ static void reduce(const char* what, ReduceOp op, const Tensor& in, const Tensor
   DDP_THROW(NotImplementedError, "{}: unknown op {} on CUDA", what, int(op));
 }
 
-void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cuda::Stream stream) {
+void reduce_rows(ReductionOp op, const Tensor& in, const Tensor& out, cuda::Stream stream) {
   if (in.shape()[0] == 0) return;
   if (in.shape()[1] == 0) {  // only sum gets here (cols >= 1 for the others): zeros
     DDP_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), native(stream)));
@@ -335,7 +335,7 @@ void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out, cuda::Stream 
   reduce<false>("reduce_rows", op, in, out, stream);
 }
 
-void reduce_cols(ReduceOp op, const Tensor& in, const Tensor& out, cuda::Stream stream) {
+void reduce_cols(ReductionOp op, const Tensor& in, const Tensor& out, cuda::Stream stream) {
   if (in.shape()[1] == 0) return;
   if (in.shape()[0] == 0) {  // only sum gets here (rows >= 1 for the others): zeros
     DDP_CUDA_CHECK(cudaMemsetAsync(out.data_ptr(), 0, out.nbytes(), native(stream)));

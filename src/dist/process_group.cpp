@@ -84,6 +84,13 @@ WorkPtr ProcessGroup::issue(const char* op, const Tensors& tensors, Args&& args,
   return w;
 }
 
+// Every tensor a collective writes counts a write before it is issued (Note
+// [Tensor version counter] in storage.h): whatever was cached from its old
+// values is stale from here on, whatever the backend.
+static void bump_versions(const Tensors& written) {
+  for (const Tensor& t : written) t.bump_version();
+}
+
 // Note [Collective check mode]: every rank's description of this call,
 // gathered through the group itself (not recorded), compared on every rank.
 void ProcessGroup::check_same_call(const char* op, const std::string& args,
@@ -171,6 +178,7 @@ WorkPtr ProcessGroup::allreduce(Tensors tensors, ReduceOp op) {
     check_avg("allreduce", op, t, backend_name(), rank_);
   }
   check_same_device("allreduce", tensors, backend_name(), rank_);
+  bump_versions(tensors);
   return issue("allreduce", tensors, [&] { return fmt::format("op={}", reduce_op_name(op)); },
                [&] { return do_allreduce(tensors, op); });
 }
@@ -180,6 +188,7 @@ WorkPtr ProcessGroup::broadcast(Tensors tensors, int root) {
   check_rank("broadcast", root, "root");
   for (const Tensor& t : tensors) check_tensor("broadcast", t);
   check_same_device("broadcast", tensors, backend_name(), rank_);
+  bump_versions(tensors);
   return issue("broadcast", tensors, [&] { return fmt::format("root={}", root); },
                [&] { return do_broadcast(tensors, root); });
 }
@@ -192,6 +201,7 @@ WorkPtr ProcessGroup::reduce(Tensors tensors, int root, ReduceOp op) {
     check_avg("reduce", op, t, backend_name(), rank_);
   }
   check_same_device("reduce", tensors, backend_name(), rank_);
+  bump_versions(tensors);
   return issue("reduce", tensors,
                [&] { return fmt::format("root={}, op={}", root, reduce_op_name(op)); },
                [&] { return do_reduce(tensors, root, op); });
@@ -206,6 +216,7 @@ WorkPtr ProcessGroup::allgather(Tensors outputs, const Tensor& input) {
     check_tensor("allgather", o);
     check_like("allgather", o, input, backend_name(), rank_);
   }
+  bump_versions(outputs);
   return issue("allgather", Tensors{input}, [] { return std::string(); },
                [&] { return do_allgather(outputs, input); });
 }
@@ -220,6 +231,7 @@ WorkPtr ProcessGroup::reduce_scatter(const Tensor& output, Tensors inputs, Reduc
     check_tensor("reduce_scatter", i);
     check_like("reduce_scatter", i, output, backend_name(), rank_);
   }
+  bump_versions({output});
   return issue("reduce_scatter", Tensors{output},
                [&] { return fmt::format("op={}", reduce_op_name(op)); },
                [&] { return do_reduce_scatter(output, inputs, op); });
@@ -238,6 +250,7 @@ WorkPtr ProcessGroup::all_to_all(const Tensor& output, const Tensor& input) {
               "all_to_all ({} rank {}): dim 0 of {} (strides {}) is not outermost in memory, so "
               "its chunks are not blocks; make it contiguous first",
               backend_name(), rank_, input.describe(), fmt::join(input.strides(), ", "));
+  bump_versions({output});
   return issue("all_to_all", Tensors{input}, [] { return std::string(); },
                [&] { return do_all_to_all(output, input); });
 }
@@ -259,6 +272,7 @@ WorkPtr ProcessGroup::recv(const Tensor& tensor, int src, int tag) {
   check_rank("recv", src, "source");
   DDP_CHECK(src != rank_, "recv ({} rank {}): cannot receive from itself", backend_name(), rank_);
   DDP_CHECK(tag >= 0, "recv ({} rank {}): negative tag {}", backend_name(), rank_, tag);
+  bump_versions({tensor});
   return issue("recv", Tensors{tensor}, nullptr, [&] { return do_recv(tensor, src, tag); });
 }
 

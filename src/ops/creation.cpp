@@ -82,6 +82,7 @@ void random_inplace(const char* op, Tensor& t, Distribution dist, double a, doub
                     Generator* gen) {
   check_defined(op, t, "t");
   check_random_dtype(op, t.dtype());
+  t.bump_version();  // Note [Tensor version counter]
   if (t.is_contiguous()) {
     fill_random(t, dist, a, b, gen);
     return;

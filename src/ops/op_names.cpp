@@ -24,6 +24,6 @@ const char* lookup(const char* const (&names)[N], int i) {
 const char* op_name(UnaryOp op) { return lookup(kUnaryNames, int(op)); }
 const char* op_name(BinaryOp op) { return lookup(kBinaryNames, int(op)); }
 const char* op_name(CompareOp op) { return lookup(kCompareNames, int(op)); }
-const char* op_name(ReduceOp op) { return lookup(kReduceNames, int(op)); }
+const char* op_name(ReductionOp op) { return lookup(kReduceNames, int(op)); }
 
 }  // namespace ddp

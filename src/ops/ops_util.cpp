@@ -116,8 +116,8 @@ void host_min_max(const Tensor& t, int64_t* lo, int64_t* hi) {
   Backend& be = backend_for(t.device());
   Tensor mn = Tensor::empty({1}, options(t.dtype(), t.device()));
   Tensor mx = Tensor::empty({1}, options(t.dtype(), t.device()));
-  be.reduce_rows(ReduceOp::min, rows, mn);
-  be.reduce_rows(ReduceOp::max, rows, mx);
+  be.reduce_rows(ReductionOp::min, rows, mn);
+  be.reduce_rows(ReductionOp::max, rows, mx);
   *lo = host_int(mn);
   *hi = host_int(mx);
 }

@@ -88,7 +88,7 @@ struct RowsView {
 };
 RowsView as_rows(const Tensor& x, const std::vector<int64_t>& dims);
 // Runs the reduction of rv into out1d ([rows]): reduce_rows or reduce_cols.
-void reduce_view(Backend& be, ReduceOp op, const RowsView& rv, const Tensor& out1d);
+void reduce_view(Backend& be, ReductionOp op, const RowsView& rv, const Tensor& out1d);
 
 // Sum of x over sorted dims, shaped as out_shape (keep_shape or drop_shape
 // of as_rows, or any shape with that numel); integers and bool sum to i64.

@@ -58,7 +58,7 @@ RowsView as_rows(const Tensor& x, const std::vector<int64_t>& dims) {
   return rv;
 }
 
-void reduce_view(Backend& be, ReduceOp op, const RowsView& rv, const Tensor& out1d) {
+void reduce_view(Backend& be, ReductionOp op, const RowsView& rv, const Tensor& out1d) {
   if (rv.cols2d.defined())
     be.reduce_cols(op, rv.cols2d, out1d);
   else
@@ -75,7 +75,7 @@ Tensor sum_into(const char* op, const Tensor& x, const std::vector<int64_t>& dim
   if (rv.cols == 0) {
     be.fill(out, 0.0);  // an empty sum; the kernel would leave out untouched
   } else {
-    reduce_view(be, ReduceOp::sum, rv, out.view({rv.rows}));
+    reduce_view(be, ReductionOp::sum, rv, out.view({rv.rows}));
   }
 
   // Backward: every summed element receives its row's gradient.
@@ -117,7 +117,7 @@ void check_floating(const char* op, const Tensor& x) {
 }
 
 // One reduce_rows kernel into a fresh output of out_shape.
-Tensor reduce_kernel(const char* op, ReduceOp rop, const RowsView& rv, const Shape& out_shape,
+Tensor reduce_kernel(const char* op, ReductionOp rop, const RowsView& rv, const Shape& out_shape,
                      DType dtype, Device device) {
   Tensor out = empty_out(op, out_shape, dtype, device);
   reduce_view(backend_for(device), rop, rv, out.view({rv.rows}));
@@ -178,7 +178,7 @@ Tensor extreme_all(bool is_max, const Tensor& x) {
               "{}: cannot reduce an empty tensor {} (the op has no identity)", name, x.describe());
   std::vector<int64_t> all = normalize_dims(name, x, {});
   RowsView rv = as_rows(x, all);
-  Tensor out = reduce_kernel(name, is_max ? ReduceOp::max : ReduceOp::min, rv, {}, x.dtype(),
+  Tensor out = reduce_kernel(name, is_max ? ReductionOp::max : ReductionOp::min, rv, {}, x.dtype(),
                              x.device());
 
   // Backward: the gradient is shared evenly among all elements equal to the
@@ -205,9 +205,9 @@ ValuesIndices extreme_dim(bool is_max, const Tensor& x, int64_t dim, bool keepdi
   RowsView rv = as_rows(x, d);
   const Shape& out_shape = keepdim ? rv.keep_shape : rv.drop_shape;
   ValuesIndices r;
-  r.values = reduce_kernel(name, is_max ? ReduceOp::max : ReduceOp::min, rv, out_shape, x.dtype(),
+  r.values = reduce_kernel(name, is_max ? ReductionOp::max : ReductionOp::min, rv, out_shape, x.dtype(),
                            x.device());
-  r.indices = reduce_kernel(name, is_max ? ReduceOp::argmax : ReduceOp::argmin, rv, out_shape,
+  r.indices = reduce_kernel(name, is_max ? ReductionOp::argmax : ReductionOp::argmin, rv, out_shape,
                             DType::i64, x.device());
 
   // Backward: the gradient goes to the chosen element of each row.
@@ -231,7 +231,7 @@ Tensor arg_extreme(bool is_max, const Tensor& x, int64_t dim, bool keepdim) {
   DDP_CHECK_T(IndexError, x.dim() == 0 || x.size(d[0]) > 0,
               "{}: cannot reduce dim {} of size 0 in {}", name, dim, x.describe());
   RowsView rv = as_rows(x, d);
-  return reduce_kernel(name, is_max ? ReduceOp::argmax : ReduceOp::argmin, rv,
+  return reduce_kernel(name, is_max ? ReductionOp::argmax : ReductionOp::argmin, rv,
                        keepdim ? rv.keep_shape : rv.drop_shape, DType::i64, x.device());
 }
 

@@ -128,7 +128,9 @@ void Optimizer::step_selected(const std::vector<char>& selected) {
       }
       ++i;
     }
-    if (!params.empty()) update_group(group, params, grads, states);
+    if (params.empty()) continue;
+    update_group(group, params, grads, states);
+    for (const Tensor& p : params) p.bump_version();  // Note [Tensor version counter]
   }
 }
 

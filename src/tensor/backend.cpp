@@ -14,7 +14,7 @@ void Backend::copy_to_host(const Tensor& src, void*, bool) {
             src.device().str());
 }
 
-void Backend::reduce_cols(ReduceOp op, const Tensor& in, const Tensor& out) {
+void Backend::reduce_cols(ReductionOp op, const Tensor& in, const Tensor& out) {
   const Tensor rows = in.transpose(0, 1).contiguous();
   if (rows.shape()[1] == 0) {
     fill(out, 0.0);  // an empty sum, which reduce_rows leaves to the caller

@@ -86,7 +86,7 @@ class CpuBackend final : public Backend {
     cpu_kernels::where(cond, a, b, out);
   }
 
-  void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out) override {
+  void reduce_rows(ReductionOp op, const Tensor& in, const Tensor& out) override {
     cpu_kernels::reduce_rows(op, in, out);
   }
   void bmm(const Tensor& a, const Tensor& b, const Tensor& out) override { cpu_kernels::bmm(a, b, out); }

@@ -135,11 +135,11 @@ class CudaBackend final : public Backend {
     cuda_kernels::where(cond, a, b, out, on.stream);
   }
 
-  void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out) override {
+  void reduce_rows(ReductionOp op, const Tensor& in, const Tensor& out) override {
     OnDevice on(out);
     cuda_kernels::reduce_rows(op, in, out, on.stream);
   }
-  void reduce_cols(ReduceOp op, const Tensor& in, const Tensor& out) override {
+  void reduce_cols(ReductionOp op, const Tensor& in, const Tensor& out) override {
     OnDevice on(out);
     cuda_kernels::reduce_cols(op, in, out, on.stream);
   }

@@ -129,6 +129,8 @@ size_t Tensor::nbytes() const { return size_t(numel()) * element_size(dtype()); 
 DType Tensor::dtype() const { check_defined("dtype"); return impl_->dtype; }
 Device Tensor::device() const { check_defined("device"); return impl_->storage.device(); }
 const Storage& Tensor::storage() const { check_defined("storage"); return impl_->storage; }
+uint64_t Tensor::version() const { return storage().version(); }
+void Tensor::bump_version() const { storage().bump_version(); }
 
 bool Tensor::is_contiguous() const {
   int64_t expected = 1;
@@ -273,6 +275,9 @@ static void check_inplace(const Tensor& t, const char* op) {
     DDP_CHECK(t.stride(i) != 0 || t.size(i) <= 1,
               "{}: {} has overlapping memory (an expanded view); clone() it first", op,
               t.describe());
+  // Every in-place method passes here just before it writes: Note [Tensor
+  // version counter] in storage.h.
+  t.bump_version();
 }
 
 // src expanded to shape, for an in-place op that writes shape: broadcasting

@@ -51,6 +51,43 @@ TEST(GlooWorldOfOne, CollectivesAreLocal) {
   EXPECT_THROW(pg->send(t, 0), ValueError);  // to itself
 }
 
+// Note [Tensor version counter]: every tensor a collective writes counts a
+// write (whatever the backend: the check is in ProcessGroup); its inputs
+// count none.
+TEST(GlooWorldOfOne, CollectivesCountAWriteToWhatTheyWrite) {
+  auto pg = ProcessGroupGloo::create(server_store(), 0, 1);
+  Tensor t = Tensor::from_vector<float>({1, 2, 3}, {3});
+  auto expect_written = [](const Tensor& x, uint64_t before, const char* op) {
+    EXPECT_EQ(x.version(), before + 1) << op;
+  };
+  uint64_t v = t.version();
+  pg->allreduce({t})->wait(kWait);
+  expect_written(t, v, "allreduce");
+  v = t.version();
+  pg->broadcast({t})->wait(kWait);
+  expect_written(t, v, "broadcast");
+  Tensor out = Tensor::zeros({3});
+  uint64_t vo = out.version();
+  v = t.version();
+  pg->allgather({out}, t)->wait(kWait);
+  expect_written(out, vo, "allgather");
+  EXPECT_EQ(t.version(), v) << "allgather's input is only read";
+  Tensor rs = Tensor::zeros({3});
+  vo = rs.version();
+  pg->reduce_scatter(rs, {t})->wait(kWait);
+  expect_written(rs, vo, "reduce_scatter");
+  EXPECT_EQ(t.version(), v) << "reduce_scatter's inputs are only read";
+  Tensor a2a = Tensor::zeros({3});
+  vo = a2a.version();
+  pg->all_to_all(a2a, t)->wait(kWait);
+  expect_written(a2a, vo, "all_to_all");
+  EXPECT_EQ(t.version(), v) << "all_to_all's input is only read";
+  // A refused call counts nothing.
+  vo = out.version();
+  EXPECT_THROW(pg->allgather({out, out}, t), ShapeError);
+  EXPECT_EQ(out.version(), vo);
+}
+
 TEST(GlooThreads, TwoRanksInOneProcess) {
   auto server = server_store();
   auto client = std::make_shared<TCPStore>(client_options(server->port(), std::chrono::seconds(20)));

@@ -74,6 +74,25 @@ TEST(Optimizer, SkipsParametersWithoutGradient) {
   EXPECT_TRUE(opt.state(1).empty());
 }
 
+// Note [Tensor version counter]: a step counts one write to each parameter it
+// updates (so caches of the old values, like the oneDNN weight cache, are
+// rebuilt), and none to a parameter it skips or to a gradient.
+TEST(Optimizer, StepCountsAWriteToEachUpdatedParameter) {
+  for (bool sgd : {true, false}) {
+    Tensor a = leaf({2}), b = leaf({2});
+    std::unique_ptr<optim::Optimizer> opt;
+    if (sgd) opt = std::make_unique<SGD>(Tensors{a, b}, 0.1, SGDOptions{.momentum = 0.9});
+    else opt = std::make_unique<AdamW>(Tensors{a, b}, 0.1);
+    a.set_grad(Tensor::ones({2}));
+    const uint64_t va = a.version(), vb = b.version(), vg = a.grad().version();
+    opt->step();
+    EXPECT_GT(a.version(), va) << opt->name();
+    EXPECT_EQ(b.version(), vb) << opt->name() << ": no gradient, not stepped";
+    EXPECT_EQ(a.grad().version(), vg) << opt->name() << ": the gradient is only read";
+    EXPECT_NE(a.to_vector<float>()[0], 1.0f);
+  }
+}
+
 TEST(Optimizer, UpdatesInPlaceAndKeepsParametersLeaves) {
   Tensor a = leaf({3});
   void* data = a.data_ptr();

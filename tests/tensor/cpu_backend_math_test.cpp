@@ -24,34 +24,34 @@ using namespace cpu_test;
 TEST(CpuBackendReduce, SumDTypes) {
   Tensor f = make<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   Tensor fo = empty(DType::f32, {2});
-  be().reduce_rows(ReduceOp::sum, f, fo);
+  be().reduce_rows(ReductionOp::sum, f, fo);
   EXPECT_EQ(values<float>(fo), (std::vector<float>{6, 15}));
 
   // Integers accumulate in i64 and the output is i64.
   Tensor i = make<int32_t>({1, -2, 3, 2147483647, 1, 0}, {2, 3});
   Tensor io = empty(DType::i64, {2});
-  be().reduce_rows(ReduceOp::sum, i, io);
+  be().reduce_rows(ReductionOp::sum, i, io);
   EXPECT_EQ(values<int64_t>(io), (std::vector<int64_t>{2, 2147483648LL}));
   Tensor u = make<uint8_t>({200, 100}, {1, 2});
   Tensor uo = empty(DType::i64, {1});
-  be().reduce_rows(ReduceOp::sum, u, uo);
+  be().reduce_rows(ReductionOp::sum, u, uo);
   EXPECT_EQ(values<int64_t>(uo)[0], 300);
   Tensor b = make_bool({1, 0, 1, 1, 1, 1}, {2, 3});
   Tensor bo = empty(DType::i64, {2});
-  be().reduce_rows(ReduceOp::sum, b, bo);
+  be().reduce_rows(ReductionOp::sum, b, bo);
   EXPECT_EQ(values<int64_t>(bo), (std::vector<int64_t>{2, 3}));
 
   Tensor h = make<Half>({Half(1.0f), Half(2.0f), Half(0.5f)}, {1, 3});
   Tensor ho = empty(DType::f16, {1});
-  be().reduce_rows(ReduceOp::sum, h, ho);
+  be().reduce_rows(ReductionOp::sum, h, ho);
   EXPECT_EQ(as_float<Half>(ho)[0], 3.5f);
 
   // Empty rows sum to 0; zero rows do nothing.
   Tensor e = make<float>({}, {2, 0});
   Tensor eo = empty(DType::f32, {2});
-  be().reduce_rows(ReduceOp::sum, e, eo);
+  be().reduce_rows(ReductionOp::sum, e, eo);
   EXPECT_EQ(values<float>(eo), (std::vector<float>{0, 0}));
-  be().reduce_rows(ReduceOp::max, make<float>({}, {0, 3}), make<float>({}, {0}));
+  be().reduce_rows(ReductionOp::max, make<float>({}, {0, 3}), make<float>({}, {0}));
 }
 
 TEST(CpuBackendReduce, LongRowsSumPairwise) {
@@ -59,51 +59,51 @@ TEST(CpuBackendReduce, LongRowsSumPairwise) {
   std::vector<float> v(1000);
   for (int i = 0; i < 1000; ++i) v[size_t(i)] = float(i + 1);
   Tensor o = empty(DType::f32, {1});
-  be().reduce_rows(ReduceOp::sum, make<float>(v, {1, 1000}), o);
+  be().reduce_rows(ReductionOp::sum, make<float>(v, {1, 1000}), o);
   EXPECT_EQ(values<float>(o)[0], 500500.0f);
   // 2^24 + 1 ones: a running f32 sum would stall at 2^24.
   const int64_t n = (int64_t(1) << 24) + 8;
   std::vector<float> ones(size_t(n), 1.0f);
-  be().reduce_rows(ReduceOp::sum, make<float>(ones, {1, n}), o);
+  be().reduce_rows(ReductionOp::sum, make<float>(ones, {1, n}), o);
   EXPECT_EQ(values<float>(o)[0], float(n));
 }
 
 TEST(CpuBackendReduce, MaxMinAndNaN) {
   Tensor f = make<float>({1, kNaN, 3, -1, -5, 2}, {2, 3});
   Tensor o = empty(DType::f32, {2});
-  be().reduce_rows(ReduceOp::max, f, o);
+  be().reduce_rows(ReductionOp::max, f, o);
   EXPECT_TRUE(std::isnan(values<float>(o)[0]));
   EXPECT_EQ(values<float>(o)[1], 2.0f);
-  be().reduce_rows(ReduceOp::min, f, o);
+  be().reduce_rows(ReductionOp::min, f, o);
   EXPECT_TRUE(std::isnan(values<float>(o)[0]));
   EXPECT_EQ(values<float>(o)[1], -5.0f);
 
   Tensor i = make<int32_t>({-3, 7, 7}, {1, 3});
   Tensor io = empty(DType::i32, {1});
-  be().reduce_rows(ReduceOp::max, i, io);
+  be().reduce_rows(ReductionOp::max, i, io);
   EXPECT_EQ(values<int32_t>(io)[0], 7);
-  be().reduce_rows(ReduceOp::min, i, io);
+  be().reduce_rows(ReductionOp::min, i, io);
   EXPECT_EQ(values<int32_t>(io)[0], -3);
   Tensor b = make_bool({0, 1, 0, 0}, {2, 2});
   Tensor bo = empty(DType::bool_, {2});
-  be().reduce_rows(ReduceOp::max, b, bo);
+  be().reduce_rows(ReductionOp::max, b, bo);
   EXPECT_EQ(values<uint8_t>(bo), (std::vector<uint8_t>{1, 0}));
 }
 
 TEST(CpuBackendReduce, ArgFirstIndexAndNaN) {
   Tensor f = make<float>({1, 3, 3, 0, 1, kNaN, 5, kNaN, 2, 1, 1, 4}, {3, 4});
   Tensor o = empty(DType::i64, {3});
-  be().reduce_rows(ReduceOp::argmax, f, o);
+  be().reduce_rows(ReductionOp::argmax, f, o);
   EXPECT_EQ(values<int64_t>(o), (std::vector<int64_t>{1, 1, 3}));  // ties: first; NaN is the max
-  be().reduce_rows(ReduceOp::argmin, f, o);
+  be().reduce_rows(ReductionOp::argmin, f, o);
   EXPECT_EQ(values<int64_t>(o), (std::vector<int64_t>{3, 1, 1}));  // NaN is also the min
 
   Tensor h = make<Half>({Half(-1.0f), Half(-0.5f), Half(-0.5f)}, {1, 3});
   Tensor ho = empty(DType::i64, {1});
-  be().reduce_rows(ReduceOp::argmax, h, ho);
+  be().reduce_rows(ReductionOp::argmax, h, ho);
   EXPECT_EQ(values<int64_t>(ho)[0], 1);
   Tensor i = make<int64_t>({4, -9, -9}, {1, 3});
-  be().reduce_rows(ReduceOp::argmin, i, ho);
+  be().reduce_rows(ReductionOp::argmin, i, ho);
   EXPECT_EQ(values<int64_t>(ho)[0], 1);
 }
 

@@ -305,18 +305,18 @@ TEST(CudaBackend, ReduceRowsMatchesCpu) {
       const std::string where = " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
       const bool int_sum = !is_floating(dt);
       Both sum = empty({rows}, int_sum ? DType::i64 : dt);
-      cpu().reduce_rows(ReduceOp::sum, in.c, sum.c);
-      gpu().reduce_rows(ReduceOp::sum, in.g, sum.g);
+      cpu().reduce_rows(ReductionOp::sum, in.c, sum.c);
+      gpu().reduce_rows(ReductionOp::sum, in.g, sum.g);
       Tol t = tol(dt);
       t.atol *= double(cols);  // sums in another order
       expect_near(sum, t, name_of("sum", dt) + where);
-      for (ReduceOp op : {ReduceOp::max, ReduceOp::min}) {
+      for (ReductionOp op : {ReductionOp::max, ReductionOp::min}) {
         Both out = empty({rows}, dt);
         cpu().reduce_rows(op, in.c, out.c);
         gpu().reduce_rows(op, in.g, out.g);
         expect_equal(out, name_of(op_name(op), dt) + where);
       }
-      for (ReduceOp op : {ReduceOp::argmax, ReduceOp::argmin}) {
+      for (ReductionOp op : {ReductionOp::argmax, ReductionOp::argmin}) {
         Both out = empty({rows}, DType::i64);
         cpu().reduce_rows(op, in.c, out.c);
         gpu().reduce_rows(op, in.g, out.g);
@@ -331,8 +331,8 @@ TEST(CudaBackend, ReduceRowsMatchesCpu) {
   v[300 + 250] = NAN;
   Tensor c = Tensor::from_vector(v, {2, 300});
   const Both in = {c, c.to(kGpu)};
-  for (ReduceOp op : {ReduceOp::argmax, ReduceOp::argmin, ReduceOp::max, ReduceOp::min}) {
-    const bool arg = op == ReduceOp::argmax || op == ReduceOp::argmin;
+  for (ReductionOp op : {ReductionOp::argmax, ReductionOp::argmin, ReductionOp::max, ReductionOp::min}) {
+    const bool arg = op == ReductionOp::argmax || op == ReductionOp::argmin;
     Both out = empty({2}, arg ? DType::i64 : DType::f32);
     cpu().reduce_rows(op, in.c, out.c);
     gpu().reduce_rows(op, in.g, out.g);

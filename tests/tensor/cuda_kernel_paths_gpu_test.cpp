@@ -224,20 +224,20 @@ TEST(CudaKernelPaths, HalfConversionsMatchTheCpuBitForBit) {
 // ---- reductions
 
 // out dtype of op over dt (Backend::reduce_rows).
-DType out_dtype(ReduceOp op, DType dt) {
-  if (op == ReduceOp::argmax || op == ReduceOp::argmin) return DType::i64;
-  if (op == ReduceOp::sum && !is_floating(dt)) return DType::i64;
+DType out_dtype(ReductionOp op, DType dt) {
+  if (op == ReductionOp::argmax || op == ReductionOp::argmin) return DType::i64;
+  if (op == ReductionOp::sum && !is_floating(dt)) return DType::i64;
   return dt;
 }
 
-const ReduceOp kOps[] = {ReduceOp::sum, ReduceOp::max, ReduceOp::min, ReduceOp::argmax,
-                         ReduceOp::argmin};
+const ReductionOp kOps[] = {ReductionOp::sum, ReductionOp::max, ReductionOp::min, ReductionOp::argmax,
+                         ReductionOp::argmin};
 
 // Both reductions of in ([rows, cols]) on both backends; columns: reduce_cols.
 void check_reduce(const Tensor& in, bool columns, const std::string& what) {
   const int64_t n = columns ? in.shape()[1] : in.shape()[0];
   const Tensor in_g = in.to(kGpu);
-  for (ReduceOp op : kOps) {
+  for (ReductionOp op : kOps) {
     const std::string label = what + " op " + std::to_string(int(op)) + " " + dtype_name(in.dtype());
     const DType odt = out_dtype(op, in.dtype());
     const Tensor oc = Tensor::empty({n}, on(odt));
@@ -253,7 +253,7 @@ void check_reduce(const Tensor& in, bool columns, const std::string& what) {
       gpu().reduce_rows(op, in_g, og2);
     }
     expect_same_bits(og2, og.cpu(), label + " (run to run)");
-    if (op == ReduceOp::sum && is_floating(in.dtype()))
+    if (op == ReductionOp::sum && is_floating(in.dtype()))
       expect_close(og, oc, in.dtype() == DType::f32 ? 1e-5 : 1e-2, label);
     else
       expect_same_bits(og, oc, label);
@@ -289,18 +289,18 @@ TEST(CudaKernelPaths, ColumnExtremesPropagateNanAndKeepTheFirstIndex) {
   const Tensor in = Tensor::from_vector(v, {4000, 3}, on(DType::f32));
   check_reduce(in, true, "nan and ties");
   const Tensor idx = Tensor::empty({3}, on(DType::i64, kGpu));
-  gpu().reduce_cols(ReduceOp::argmax, in.to(kGpu), idx);
+  gpu().reduce_cols(ReductionOp::argmax, in.to(kGpu), idx);
   EXPECT_EQ(idx.cpu().to_vector<int64_t>(), (std::vector<int64_t>{0, 1500, 2500}));
 }
 
 TEST(CudaKernelPaths, EmptyReductions) {
   REQUIRE_GPU();
   const Tensor out = Tensor::full({5}, 9.0, on(DType::f32, kGpu));
-  gpu().reduce_cols(ReduceOp::sum, Tensor::empty({0, 5}, on(DType::f32, kGpu)), out);
+  gpu().reduce_cols(ReductionOp::sum, Tensor::empty({0, 5}, on(DType::f32, kGpu)), out);
   EXPECT_EQ(out.cpu().to_vector<float>(), std::vector<float>(5, 0.0f));
   const Tensor none = Tensor::empty({0}, on(DType::f32, kGpu));
-  gpu().reduce_cols(ReduceOp::max, Tensor::empty({3, 0}, on(DType::f32, kGpu)), none);
-  gpu().reduce_rows(ReduceOp::max, Tensor::empty({0, 3}, on(DType::f32, kGpu)), none);
+  gpu().reduce_cols(ReductionOp::max, Tensor::empty({3, 0}, on(DType::f32, kGpu)), none);
+  gpu().reduce_rows(ReductionOp::max, Tensor::empty({0, 3}, on(DType::f32, kGpu)), none);
   gpu().synchronize(0);
 }
 

@@ -242,7 +242,7 @@ TEST(OpsElementwise, OpNames) {
   EXPECT_STREQ(op_name(UnaryOp::gelu), "gelu");
   EXPECT_STREQ(op_name(BinaryOp::maximum), "maximum");
   EXPECT_STREQ(op_name(CompareOp::ge), "ge");
-  EXPECT_STREQ(op_name(ReduceOp::argmin), "argmin");
+  EXPECT_STREQ(op_name(ReductionOp::argmin), "argmin");
 }
 
 // ---- reductions ---------------------------------------------------------------------

@@ -62,12 +62,12 @@ class Backend {
   // in's dtype (sum of integers/bool accumulates in i64 and out is i64);
   // argmax/argmin: out i64, first index of the extreme; NaN counts as the
   // maximum (and minimum) like torch. cols >= 1 for max/min/arg*.
-  virtual void reduce_rows(ReduceOp op, const Tensor& in, const Tensor& out) = 0;
+  virtual void reduce_rows(ReductionOp op, const Tensor& in, const Tensor& out) = 0;
   // The same over the outer dim: in [rows, cols] contiguous, out [cols]
   // contiguous, out[c] = op over in[:, c] (index = row for argmax/argmin).
   // rows >= 1 for max/min/arg*. The default copies in transposed and calls
   // reduce_rows; CUDA reads in as it lies (Note [CUDA column reductions]).
-  virtual void reduce_cols(ReduceOp op, const Tensor& in, const Tensor& out);
+  virtual void reduce_cols(ReductionOp op, const Tensor& in, const Tensor& out);
 
   // out[b] = a[b] @ bm[b]: a [B, M, K], bm [B, K, N], out [B, M, N] contiguous;
   // one floating dtype. a and bm are each "row-major" (stride(-1) == 1) or

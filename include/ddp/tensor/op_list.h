@@ -46,6 +46,9 @@
   X(ge, GeFn)
 
 // Row reductions a backend implements: input [rows, cols] contiguous, output [rows].
+// Their enum is ReductionOp; ReduceOp is only the collectives' operator
+// (dist::ReduceOp, torch.distributed.ReduceOp's counterpart), so that one
+// name means one thing.
 #define DDP_FOR_EACH_REDUCE_OP(X) \
   X(sum)                          \
   X(max)                          \
@@ -61,12 +64,12 @@ enum class UnaryOp {
 };
 enum class BinaryOp { DDP_FOR_EACH_BINARY_OP(DDP_ENUM_ENTRY) };
 enum class CompareOp { DDP_FOR_EACH_COMPARE_OP(DDP_ENUM_ENTRY) };
-enum class ReduceOp { DDP_FOR_EACH_REDUCE_OP(DDP_ENUM_ENTRY) };
+enum class ReductionOp { DDP_FOR_EACH_REDUCE_OP(DDP_ENUM_ENTRY) };
 #undef DDP_ENUM_ENTRY
 
 const char* op_name(UnaryOp op);
 const char* op_name(BinaryOp op);
 const char* op_name(CompareOp op);
-const char* op_name(ReduceOp op);
+const char* op_name(ReductionOp op);
 
 }  // namespace ddp

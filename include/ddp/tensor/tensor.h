@@ -90,6 +90,11 @@ class Tensor {
   const Storage& storage() const;
   TensorImpl* impl() const { return impl_.get(); }
   bool is_same(const Tensor& o) const { return impl_ == o.impl_; }
+  // The storage's write count (Note [Tensor version counter] in storage.h),
+  // shared with every view of it. bump_version() after writing through
+  // data_ptr() into a tensor whose values something may have cached.
+  uint64_t version() const;
+  void bump_version() const;
   // "f32[2, 3] on cpu": used in every error message.
   std::string describe() const;
   std::string to_string() const;  // values (copied to the host), for debugging
