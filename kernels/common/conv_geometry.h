@@ -28,8 +28,9 @@ struct ConvGeometry {
 struct PlanCacheStats {
   int64_t entries = 0, hits = 0, misses = 0;
   // conv2d on the CPU only: weight passes that reused the weight's blocked
-  // copy, and those that reordered it (Note [oneDNN weight cache]).
-  int64_t weight_hits = 0, weight_misses = 0;
+  // copy, those that reordered it, and the bytes of the copies kept now
+  // (Note [oneDNN weight cache]).
+  int64_t weight_hits = 0, weight_misses = 0, weight_bytes = 0;
 };
 
 }  // namespace ddp::kernels

@@ -21,9 +21,10 @@
 // cores share, and that --channels-last models already have) and the
 // weights in format `any`, and reorders sit at the edges:
 // - weights (oihw or ohwi <-> blocked): small (at most a few MiB),
-//   reordered on every call so that the optimizer keeps updating plain
-//   tensors; a channels-last weight is read and written as ohwi, so a
-//   channels-last model's weights and their gradients stay channels-last;
+//   reordered when used (or reused while unwritten: Note [oneDNN weight cache])
+//   so that the optimizer keeps updating plain tensors; a channels-last
+//   weight is read and written as ohwi, so a channels-last model's weights
+//   and their gradients stay channels-last;
 // - activations: none for channels-last tensors. NCHW f32 tensors reach
 //   these kernels already NHWC (the frontend, src/nn/functional/conv.cpp,
 //   converts x and dy once per convolution with the conv2d_copy_layout
@@ -35,21 +36,27 @@
 // itself (1-channel inputs); then no reorder runs.
 //
 // Note [oneDNN weight cache]
-// A weight's blocked copy is kept with the weight: in a slot of its Storage
-// (Storage::attachment), so it is freed with the weight, tagged with the
-// storage's version (Note [Tensor version counter] in storage.h), the
-// view's address and the blocked layout. A pass whose weight has not been
-// written since its copy was made runs on that copy and skips the reorder;
-// any counted write (an optimizer step, copy_, a broadcast...) makes the
-// next call reorder again, into the same buffer when no other call is using
-// it. What this saves: every weight reorder of evaluation after the first
-// batch, and those of the micro-steps of gradient accumulation (no_sync)
-// after the first; a plain training step writes its weights once per step,
-// so it still reorders each weight once per pass, as before. What it costs:
-// one blocked copy per weight and pass (forward, backward-data) kept
-// between calls. DDP_CONV_WEIGHT_CACHE=0 turns it off (every call
-// reorders, as before the cache).
-
+// A weight's blocked copy can outlive the call that made it: it is kept in a
+// slot of the weight's Storage (Storage::attachment), so it is freed with
+// the weight, tagged with the storage's version (Note [Tensor version
+// counter] in storage.h), the view's address and the blocked layout. A pass
+// whose weight has not been written since its copy was made runs on that
+// copy and skips the reorder.
+// Which copies are kept: one is made into a buffer of its own only on a
+// weight's second use at one version (each pass counts for itself), and is
+// dropped at the first use after a write. In training, where the optimizer
+// writes every weight between its uses, nothing is kept and each pass
+// reorders into scratch as it always did; in evaluation, and in the
+// micro-steps of gradient accumulation (no_sync), the second use keeps the
+// copy and every later one reuses it. (Keeping every copy cost 150-240 MiB
+// more peak memory in ResNet-50 training on the CPU and saved nothing.)
+// Off unless DDP_CONV_WEIGHT_CACHE=1: on the 2-core AVX2 VM of
+// docs/benchmarks.md ("The oneDNN weight cache") ResNet-50 evaluation was
+// no faster with it (median 887 against 829 ms a batch, within the runs'
+// spread) and held 114 MiB more, most likely because the reorder it saves
+// also brings the weight into the cache just before the convolution reads
+// it. It stays for machines and models where the reorder costs more.
+//
 #include "ddp/config.h"
 
 #if DDP_HAVE_DNNL
@@ -57,6 +64,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
@@ -255,17 +263,29 @@ void run(dnnl::stream& stream, const dnnl::primitive& p, const memory::desc& scr
   p.execute(stream, args);
 }
 
-// See Note [oneDNN weight cache]. One blocked copy per (view address,
-// layout) of a weight's storage; a handful at most (forward and
-// backward-data of each weight viewing the storage).
+// See Note [oneDNN weight cache]. One entry per (view address, layout) of
+// a weight's storage, a handful at most (forward and backward-data of each
+// weight viewing it): the version that pass last saw, and the blocked copy
+// at that version once the weight was used twice at it.
 struct BlockedCopy {
   const void* user_data;
   memory::desc layout;
   uint64_t version;
-  Tensor blocked;  // u8, layout.get_size() bytes
+  Tensor blocked;  // u8, layout.get_size() bytes; undefined until kept
 };
+
+std::atomic<int64_t> g_kept_bytes{0};  // the bytes of every kept copy, process-wide
+
+int64_t kept_bytes(const BlockedCopy& c) { return c.blocked.defined() ? c.blocked.numel() : 0; }
+
 struct BlockedWeights {
   std::vector<BlockedCopy> copies;
+  BlockedWeights() = default;
+  BlockedWeights(const BlockedWeights&) = delete;
+  BlockedWeights& operator=(const BlockedWeights&) = delete;
+  ~BlockedWeights() {  // the weight's storage is being freed, and its copies with it
+    for (const BlockedCopy& c : copies) g_kept_bytes -= kept_bytes(c);
+  }
 };
 constexpr size_t kMaxCopiesPerStorage = 8;
 
@@ -278,64 +298,74 @@ WeightCache& weight_cache() {
   return *c;
 }
 
+// Read at every weight reorder (a few per convolution; far cheaper than
+// the reorder), so a program or a test may switch it between calls.
 bool weight_cache_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DDP_CONV_WEIGHT_CACHE");
-    return !(v && std::string(v) == "0");
-  }();
-  return enabled;
+  const char* v = std::getenv("DDP_CONV_WEIGHT_CACHE");
+  return v && std::string(v) == "1";
 }
 
-// The weight operand in the primitive's layout: the cached copy when the
-// weight is unchanged since it was made, else a fresh reorder (kept for
-// the next call unless the weight was written while it ran).
+// The pass's entry for this view of the weight, made on first use.
+BlockedCopy& entry_for(const Storage& st, const void* data, const memory::desc& layout,
+                       uint64_t version) {
+  auto* slot = static_cast<BlockedWeights*>(st.attachment().get());
+  if (!slot) {
+    st.set_attachment(std::make_shared<BlockedWeights>());
+    slot = static_cast<BlockedWeights*>(st.attachment().get());
+  }
+  for (BlockedCopy& c : slot->copies)
+    if (c.user_data == data && c.layout == layout) return c;
+  if (slot->copies.size() >= kMaxCopiesPerStorage) {
+    g_kept_bytes -= kept_bytes(slot->copies.front());
+    slot->copies.erase(slot->copies.begin());
+  }
+  // A version no call can have seen yet, so the first use is never "a second".
+  slot->copies.push_back({data, layout, version - 1, Tensor()});
+  return slot->copies.back();
+}
+
+// The weight operand in the primitive's layout (Note [oneDNN weight cache]):
+// the kept copy when the weight is unchanged since it was made; else a
+// reorder, kept when this is the weight's second use at its version.
 memory blocked_weights(dnnl::stream& stream, const Operand& op, const Tensor& w,
                        std::vector<Tensor>& keep) {
   WeightCache& c = weight_cache();
   const Storage& st = w.storage();
   const void* data = w.data_ptr();
   const uint64_t version = st.version();
-  Tensor target;
+  bool keep_copy = false;
   {
     std::lock_guard<std::mutex> lock(c.mu);
-    auto* slot = static_cast<BlockedWeights*>(st.attachment().get());
-    if (slot) {
-      for (BlockedCopy& copy : slot->copies) {
-        if (copy.user_data != data || copy.layout != op.prim) continue;
-        if (copy.version == version) {
-          ++c.hits;
-          keep.push_back(copy.blocked);
-          return memory(op.prim, cpu_engine(), copy.blocked.data_ptr());
-        }
-        // Stale: reorder into its buffer unless another call still runs on it.
-        if (copy.blocked.storage().use_count() == 1) target = copy.blocked;
-        break;
-      }
+    BlockedCopy& e = entry_for(st, data, op.prim, version);
+    if (e.version == version && e.blocked.defined()) {
+      ++c.hits;
+      keep.push_back(e.blocked);
+      return memory(op.prim, cpu_engine(), e.blocked.data_ptr());
     }
     ++c.misses;
+    keep_copy = e.version == version;  // used before at this version: worth keeping
+    g_kept_bytes -= kept_bytes(e);     // a stale copy is dropped: its weight is being trained
+    e.blocked = Tensor();
+    e.version = version;
   }
-  if (!target.defined()) target = Tensor::empty({int64_t(op.prim.get_size())}, DType::u8);
-  keep.push_back(target);
+  Tensor kept;  // the copy to keep, in its own buffer (scratch is reused by the allocator)
+  if (keep_copy) {
+    kept = Tensor::empty({int64_t(op.prim.get_size())}, DType::u8);
+    keep.push_back(kept);
+  }
+  memory prim = keep_copy ? memory(op.prim, cpu_engine(), kept.data_ptr())
+                          : scratch_memory(op.prim, keep);
   memory user(op.user, cpu_engine(), const_cast<void*>(data));
-  memory prim(op.prim, cpu_engine(), target.data_ptr());
   run(stream, op.reorder, op.reorder_scratchpad, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, prim}},
       keep);
+  if (!keep_copy) return prim;
   stream.wait();
   std::lock_guard<std::mutex> lock(c.mu);
   if (st.version() != version) return prim;  // written meanwhile: use it once, keep nothing
-  auto* slot = static_cast<BlockedWeights*>(st.attachment().get());
-  if (!slot) {
-    st.set_attachment(std::make_shared<BlockedWeights>());
-    slot = static_cast<BlockedWeights*>(st.attachment().get());
-  }
-  auto& copies = slot->copies;
-  for (auto it = copies.begin(); it != copies.end(); ++it)
-    if (it->user_data == data && it->layout == op.prim) {
-      copies.erase(it);
-      break;
-    }
-  if (copies.size() >= kMaxCopiesPerStorage) copies.erase(copies.begin());
-  copies.push_back({data, op.prim, version, target});
+  BlockedCopy& e = entry_for(st, data, op.prim, version);
+  if (e.version != version || e.blocked.defined()) return prim;  // another call got there
+  e.blocked = kept;
+  g_kept_bytes += kept_bytes(e);
   return prim;
 }
 
@@ -439,6 +469,7 @@ PlanCacheStats cache_stats() {
   std::lock_guard<std::mutex> wlock(w.mu);
   s.weight_hits = w.hits;
   s.weight_misses = w.misses;
+  s.weight_bytes = g_kept_bytes.load();
   return s;
 }
 

@@ -1,11 +1,15 @@
-// Note [oneDNN weight cache]: a CPU convolution reuses its weight's blocked
-// copy while the weight is unwritten, rebuilds it after every counted write
-// (Note [Tensor version counter]), and frees it with the weight. Every
+// Note [oneDNN weight cache]: a CPU convolution keeps its weight's blocked
+// copy once the weight is used twice without a counted write between (Note
+// [Tensor version counter]), reuses it while the weight is unwritten, drops
+// it at the first use after a write, and frees it with the weight. Every
 // result is compared bit for bit with a convolution on a fresh copy of the
 // weight (new storage, so nothing cached), which runs the same primitive.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
+#include <optional>
+#include <string>
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/config.h"
@@ -24,11 +28,18 @@ constexpr int64_t kC = 32;
 
 class ConvWeightCache : public ::testing::Test {
  protected:
+  // The cache is off unless DDP_CONV_WEIGHT_CACHE=1, read at each call.
   void SetUp() override {
     if (!DDP_HAVE_DNNL) GTEST_SKIP() << "built without oneDNN";
     const char* env = std::getenv("DDP_CONV_WEIGHT_CACHE");
-    if (env && std::string(env) == "0") GTEST_SKIP() << "DDP_CONV_WEIGHT_CACHE=0";
+    if (env) saved_ = env;
+    setenv("DDP_CONV_WEIGHT_CACHE", "1", 1);
   }
+  void TearDown() override {
+    if (saved_) setenv("DDP_CONV_WEIGHT_CACHE", saved_->c_str(), 1);
+    else unsetenv("DDP_CONV_WEIGHT_CACHE");
+  }
+  std::optional<std::string> saved_;
   static F::ConvCacheStats stats() { return F::conv2d_cache_stats(DeviceType::CPU); }
   static Tensor input() { return to_channels_last(randn({2, kC, 6, 6})); }
   static Tensor weight() { return to_channels_last(mul(randn({kC, kC, 3, 3}), 0.1)); }
@@ -42,18 +53,25 @@ class ConvWeightCache : public ::testing::Test {
   static Tensor to_channels_last(const Tensor& t) { return F::to_channels_last(t); }
 };
 
-TEST_F(ConvWeightCache, AnUnwrittenWeightIsReorderedOnce) {
+// Evaluation: the first use reorders into scratch, the second keeps its
+// reorder, every later one reuses it.
+TEST_F(ConvWeightCache, AnUnwrittenWeightIsKeptFromItsSecondUse) {
   autograd::NoGradGuard no_grad;
   Tensor x = input(), w = weight();
+  const int64_t bytes = w.numel() * 4;  // f32; a blocked layout pads nothing at 32 channels
   const auto s0 = stats();
   Tensor y0 = conv(x, w);
   const auto s1 = stats();
   EXPECT_EQ(s1.weight_misses, s0.weight_misses + 1);
-  EXPECT_EQ(s1.weight_hits, s0.weight_hits);
-  for (int i = 0; i < 3; ++i) expect_same(conv(x, w), y0);
+  EXPECT_EQ(s1.weight_bytes, s0.weight_bytes) << "one use keeps nothing";
+  expect_same(conv(x, w), y0);
   const auto s2 = stats();
-  EXPECT_EQ(s2.weight_misses, s1.weight_misses);
-  EXPECT_EQ(s2.weight_hits, s1.weight_hits + 3);
+  EXPECT_EQ(s2.weight_misses, s1.weight_misses + 1);
+  EXPECT_EQ(s2.weight_bytes, s1.weight_bytes + bytes) << "the second use keeps its copy";
+  for (int i = 0; i < 3; ++i) expect_same(conv(x, w), y0);
+  const auto s3 = stats();
+  EXPECT_EQ(s3.weight_misses, s2.weight_misses);
+  EXPECT_EQ(s3.weight_hits, s2.weight_hits + 3);
   expect_same(y0, conv(x, fresh(w)));
 }
 
@@ -61,7 +79,9 @@ TEST_F(ConvWeightCache, EveryCountedWriteRebuildsTheCopy) {
   Tensor x = input(), w = weight();
   autograd::NoGradGuard no_grad;
   conv(x, w);
-  // Each kind of counted write, then a convolution that must see it.
+  conv(x, w);  // kept
+  // Each kind of counted write, then two convolutions that must see it (the
+  // first drops the stale copy, the second keeps a new one).
   const std::vector<std::pair<const char*, std::function<void()>>> writes = {
       {"add_", [&] { w.add_(ones_like(w), 0.01); }},
       {"mul_", [&] { w.mul_(0.5); }},
@@ -78,15 +98,19 @@ TEST_F(ConvWeightCache, EveryCountedWriteRebuildsTheCopy) {
     const auto before = stats();
     write();
     Tensor y = conv(x, w);
-    EXPECT_EQ(stats().weight_misses, before.weight_misses + 1) << name;
+    EXPECT_EQ(stats().weight_misses, before.weight_misses + 1);
+    EXPECT_EQ(stats().weight_bytes, before.weight_bytes - w.numel() * 4) << "stale copy dropped";
     expect_same(y, conv(x, fresh(w)));
+    expect_same(conv(x, w), y);
+    EXPECT_EQ(stats().weight_bytes, before.weight_bytes) << "kept again";
   }
 }
 
-// Forward, backward-data and the optimizer step, as in training: the two
-// passes keep one copy each; after the step both are rebuilt, and a second
-// forward/backward with no step between (gradient accumulation) reuses
-// both. The trajectory equals one that convolves a fresh tensor (a new
+// Forward, backward-data and the optimizer step, as in training, with two
+// convolutions of the weight per micro-step and two micro-steps per step
+// (gradient accumulation): in micro-step 1 each pass reorders twice (its
+// second use keeps the copy), in micro-step 2 all four uses reuse; the step
+// then writes the weight, so the next micro-step 1 drops both copies. The trajectory equals one that convolves a fresh tensor (a new
 // storage, so no copy survives from the step before) each step.
 TEST_F(ConvWeightCache, TrainingStepsEqualUncachedOnes) {
   Tensor x = input().set_requires_grad();
@@ -98,10 +122,8 @@ TEST_F(ConvWeightCache, TrainingStepsEqualUncachedOnes) {
     const auto before = stats();
     for (int micro = 0; micro < 2; ++micro) sum(mul(conv(x, w), conv(x, w))).backward();
     const auto after = stats();
-    // Micro-step 1: forward (twice: the second is a hit) and backward-data
-    // (twice: the second is a hit) miss once each; micro-step 2: all hits.
-    EXPECT_EQ(after.weight_misses - before.weight_misses, 2) << "step " << step;
-    EXPECT_EQ(after.weight_hits - before.weight_hits, 6) << "step " << step;
+    EXPECT_EQ(after.weight_misses - before.weight_misses, 4) << "step " << step;
+    EXPECT_EQ(after.weight_hits - before.weight_hits, 4) << "step " << step;
     Tensor fresh_w;
     {
       autograd::NoGradGuard no_grad;
@@ -124,6 +146,7 @@ TEST_F(ConvWeightCache, ViewsOfOneStorageKeepTheirOwnCopies) {
   Tensor both = mul(randn({2 * kC, kC, 3, 3}), 0.1);  // two contiguous weights in one storage
   Tensor a = both.narrow(0, 0, kC), b = both.narrow(0, kC, kC);
   Tensor ya = conv(x, a), yb = conv(x, b);
+  conv(x, a), conv(x, b);  // the second uses keep a copy each
   const auto s = stats();
   expect_same(conv(x, a), ya);
   expect_same(conv(x, b), yb);
@@ -134,16 +157,47 @@ TEST_F(ConvWeightCache, ViewsOfOneStorageKeepTheirOwnCopies) {
   EXPECT_NE(conv(x, b).to_vector<float>(), yb.to_vector<float>());
 }
 
+TEST_F(ConvWeightCache, OffByDefault) {
+  unsetenv("DDP_CONV_WEIGHT_CACHE");
+  autograd::NoGradGuard no_grad;
+  Tensor x = input(), w = weight();
+  const auto before = stats();
+  for (int i = 0; i < 3; ++i) conv(x, w);
+  EXPECT_EQ(stats().weight_hits, before.weight_hits);
+  EXPECT_EQ(stats().weight_misses, before.weight_misses) << "the cache is not consulted";
+  EXPECT_EQ(stats().weight_bytes, before.weight_bytes);
+}
+
+// Training without accumulation: the optimizer writes the weight between
+// every two uses, so no copy is ever kept.
+TEST_F(ConvWeightCache, AWeightWrittenBetweenUsesKeepsNoCopy) {
+  Tensor x = input();
+  Tensor w = weight().set_requires_grad();
+  optim::SGD opt(Tensors{w}, 0.1, {.momentum = 0.9});
+  const auto before = stats();
+  for (int step = 0; step < 3; ++step) {
+    sum(conv(x, w)).backward();
+    EXPECT_EQ(stats().weight_bytes, before.weight_bytes) << "step " << step;
+    opt.step();
+    opt.zero_grad();
+  }
+  EXPECT_EQ(stats().weight_hits, before.weight_hits);
+}
+
 TEST_F(ConvWeightCache, TheCopyIsFreedWithTheWeight) {
   autograd::NoGradGuard no_grad;
   std::weak_ptr<void> copy;
+  const int64_t before = stats().weight_bytes;
   {
     Tensor w = weight();
     conv(input(), w);
+    conv(input(), w);
     copy = w.storage().attachment();
     EXPECT_FALSE(copy.expired());
+    EXPECT_GT(stats().weight_bytes, before);
   }
   EXPECT_TRUE(copy.expired());
+  EXPECT_EQ(stats().weight_bytes, before);
 }
 
 }  // namespace

@@ -58,7 +58,7 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 ConvCacheStats conv2d_cache_stats(DeviceType device) {
   if (!kernels::has_kernel<kernels::conv2d_cache_stats>(device)) return {};
   const kernels::PlanCacheStats s = kernels::find_kernel<kernels::conv2d_cache_stats>(device)();
-  return {s.entries, s.hits, s.misses, s.weight_hits, s.weight_misses};
+  return {s.entries, s.hits, s.misses, s.weight_hits, s.weight_misses, s.weight_bytes};
 }
 
 namespace {

@@ -57,11 +57,12 @@ int64_t conv_output_size(int64_t in, int64_t kernel, int64_t stride, int64_t pad
 // The counts are process-wide; entries is the cache's current size.
 // weight_hits / weight_misses (CPU only): passes that found their weight's
 // oneDNN-blocked copy current and skipped its reorder, and those that
-// reordered it (Note [oneDNN weight cache]; the copy is rebuilt after each
-// counted write to the weight, docs/tensor.md "The version counter").
+// reordered it; weight_bytes: the bytes of the copies kept now (Note
+// [oneDNN weight cache]: a copy is kept once a weight is used twice without
+// a counted write between, docs/tensor.md "The version counter").
 struct ConvCacheStats {
   int64_t entries = 0, hits = 0, misses = 0;
-  int64_t weight_hits = 0, weight_misses = 0;
+  int64_t weight_hits = 0, weight_misses = 0, weight_bytes = 0;
 };
 ConvCacheStats conv2d_cache_stats(DeviceType device);
 
