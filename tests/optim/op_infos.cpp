@@ -126,7 +126,11 @@ void add_clipping(std::vector<OpInfo>& ops) {
     Tensors out = grads_of(two);
     append(out, grads_of(inf));
     append(out, grads_of(loose));
-    for (double n : {n2, ninf, n3}) out.push_back(Tensor::scalar(n, DType::f64));
+    // The norms on the inputs' device, like every other output: the GPU
+    // comparison expects each output where the op ran (the 2026-11-28 GPU
+    // run failed on host scalars here).
+    for (double n : {n2, ninf, n3})
+      out.push_back(Tensor::scalar(n, TensorOptions(DType::f64).device(in[0].device())));
     return out;
   });
   norm.cuda_samples = {large_params()};
