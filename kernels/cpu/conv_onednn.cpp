@@ -348,13 +348,8 @@ memory blocked_weights(dnnl::stream& stream, const Operand& op, const Tensor& w,
     e.blocked = Tensor();
     e.version = version;
   }
-  Tensor kept;  // the copy to keep, in its own buffer (scratch is reused by the allocator)
-  if (keep_copy) {
-    kept = Tensor::empty({int64_t(op.prim.get_size())}, DType::u8);
-    keep.push_back(kept);
-  }
-  memory prim = keep_copy ? memory(op.prim, cpu_engine(), kept.data_ptr())
-                          : scratch_memory(op.prim, keep);
+  memory prim = scratch_memory(op.prim, keep);
+  const Tensor kept = keep.back();  // its buffer, before run() adds the reorder's scratchpad
   memory user(op.user, cpu_engine(), const_cast<void*>(data));
   run(stream, op.reorder, op.reorder_scratchpad, {{DNNL_ARG_FROM, user}, {DNNL_ARG_TO, prim}},
       keep);
