@@ -13,9 +13,10 @@
 // Every registration lives under kernels/: kernels/cpu/ (loops, and the
 // oneDNN and f64 reference convolutions) and kernels/cuda/ (*.cu, and the
 // cuDNN and cuBLASLt wrappers, *_cuda.cpp; Note [Source file names] in
-// src/CMakeLists.txt). A kernel stands below the op frontends: no CPU kernel
-// includes ddp/tensor/ops.h or an autograd header; the cuDNN wrappers still
-// compose tensor ops, under a no-grad guard, for their fallbacks.
+// src/CMakeLists.txt). A kernel stands below the op frontends: no kernel
+// includes ddp/tensor/ops.h, an autograd header or a layer above the tensor
+// layer (the check: tests/docs/check_kernel_includes.py); a wrapper's
+// fallback uses the Tensor's own methods and the Backend.
 
 #include <cstdint>
 #include <vector>

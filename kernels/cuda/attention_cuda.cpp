@@ -91,12 +91,12 @@
 #include <unordered_map>
 
 #include "core/cuda_check.h"
+#include "core/cudnn_flags.h"
 #include "cuda/flash_attention.h"
 #include "cuda/on_device.h"
 #include "ddp/core/env.h"
 #include "ddp/core/error.h"
 #include "ddp/core/logging.h"
-#include "ddp/nn/cudnn.h"
 #include "kernel_list.h"
 #include "cuda/attention_path.h"
 
@@ -136,7 +136,7 @@ ap::Problem problem_of(const Tensor& q, const Tensor& k, float scale, bool causa
   p.causal = causal;
   p.device = q.device().index;
   p.sm = compute_capability(p.device);
-  p.deterministic = nn::cudnn::deterministic();
+  p.deterministic = cudnn_flags::deterministic();
   p.cudnn_built = DDP_HAVE_CUDNN;
   p.cudnn_enabled = DDP_HAVE_CUDNN && env_bool("DDP_CUDNN_ATTENTION", true);
   return p;

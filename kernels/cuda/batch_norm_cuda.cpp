@@ -51,10 +51,9 @@
 #include <cstring>
 #include <set>
 
-#include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
+#include "ddp/tensor/backend.h"
 #include "ddp/tensor/memory_format.h"
-#include "ddp/tensor/ops.h"
 #include "kernel_list.h"
 #include "cuda/cudnn_graph.h"
 #include "cuda/cudnn_policy.h"
@@ -185,9 +184,11 @@ bool momentum_has_graphs(double momentum) {
   return true;
 }
 
-// relu(y + residual) in place, for the legacy fallback of the fused op.
+// relu(y + residual) in place, for the legacy fallback of the fused op:
+// the Backend's add and relu, as the frontend's ops would run them.
 void add_relu_in_place(const Tensor& y, const Tensor& residual) {
-  Tensor(y).copy_(::ddp::relu(residual.defined() ? add(y, residual) : y));
+  if (residual.defined()) Tensor(y).add_(residual);
+  backend_for(y.device()).unary(UnaryOp::relu, y, y);
 }
 
 // The training forward through a graph; false when there is none.
@@ -287,7 +288,12 @@ bool graph_eval_forward(const Tensor& x_in, const Tensor& weight, const Tensor& 
   Tensor scale = ops.input(param(weight, DType::f32, c, 1.0, dev));
   Tensor shift = ops.input(param(bias, DType::f32, c, 0.0, dev));
   Tensor mean = ops.input(running_mean.to(DType::f32).contiguous());
-  Tensor inv_var = rsqrt(running_var.to(DType::f32) + eps).contiguous();  // fresh
+  // 1/sqrt(running_var + eps) in f32, as the frontend computes the saved
+  // statistics of an evaluation-mode forward; fresh, so aligned.
+  Tensor inv_var = Tensor::empty({c}, TensorOptions(DType::f32).device(dev));
+  inv_var.copy_(running_var);
+  inv_var.add_(Tensor::scalar(eps, TensorOptions(DType::f32)));
+  backend_for(dev).unary(UnaryOp::rsqrt, inv_var, inv_var);
   std::unordered_map<int64_t, void*> ptrs = {
       {kX, x.data_ptr()},          {kMean, mean.data_ptr()}, {kInvStd, inv_var.data_ptr()},
       {kScale, scale.data_ptr()},  {kBias, shift.data_ptr()}, {kY, y.data_ptr()}};
@@ -361,7 +367,6 @@ void train_forward_impl(const Tensor& x_in, const Tensor& weight, const Tensor& 
                         const Tensor& residual_in, bool fused, double momentum, double eps,
                         const Tensor& y_in, const Tensor& save_mean, const Tensor& save_invstd) {
   CudaDeviceGuard guard(x_in.device().index);
-  autograd::NoGradGuard no_grad;
   const Tensor x = as_4d(x_in), y = as_4d(y_in), residual = as_4d(residual_in);
   if (graph_train_forward(x, weight, bias, running_mean, running_var, residual, fused, momentum,
                           eps, y, save_mean, save_invstd))
@@ -375,7 +380,6 @@ void eval_forward_impl(const Tensor& x_in, const Tensor& weight, const Tensor& b
                        const Tensor& running_mean, const Tensor& running_var,
                        const Tensor& residual_in, bool fused, double eps, const Tensor& y_in) {
   CudaDeviceGuard guard(x_in.device().index);
-  autograd::NoGradGuard no_grad;
   const Tensor x = as_4d(x_in), y = as_4d(y_in), residual = as_4d(residual_in);
   if (graph_eval_forward(x, weight, bias, running_mean, running_var, residual, fused, eps, y))
     return;
@@ -388,7 +392,6 @@ void backward_impl(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
                    bool batch_stats, double eps, const Tensor& dx_in, const Tensor& dweight,
                    const Tensor& dbias, const Tensor& dresidual_in) {
   CudaDeviceGuard guard(x_in.device().index);
-  autograd::NoGradGuard no_grad;
   const Tensor x = as_4d(x_in), y = as_4d(y_in), dy = as_4d(dy_in);
   const Tensor dresidual = as_4d(dresidual_in);
   // cuDNN writes dx always; an unwanted one goes to scratch.
@@ -398,9 +401,18 @@ void backward_impl(const Tensor& x_in, const Tensor& y_in, const Tensor& dy_in,
   if (batch_stats && graph_backward(x, y, dy, weight, save_mean, save_invstd, dx, dweight, dbias,
                                     dresidual))
     return;
-  // The relu's backward by tensor ops, then batch_norm's; dz in x's layout,
-  // as the legacy call describes x, dy and dx with one descriptor.
-  Tensor dz_in = y_in.defined() ? masked_fill(dy_in, le(y_in, 0.0), 0.0) : dy_in;
+  // The relu's backward on the Backend (dz = y > 0 ? dy : 0, relu's mask
+  // from its output, as the frontend's composed path masks), then
+  // batch_norm's; dz in x's layout, as the legacy call describes x, dy and
+  // dx with one descriptor.
+  Tensor dz_in = dy_in;
+  if (y_in.defined()) {
+    dz_in = y_in.dim() == 4 ? empty_nchw(y_in.shape(), dy_in.dtype(), dy_in.device(),
+                                         is_channels_last(x_in))
+                            : Tensor::empty(y_in.shape(),
+                                            TensorOptions(dy_in.dtype()).device(dy_in.device()));
+    backend_for(dz_in.device()).unary_backward(UnaryOp::relu, y_in, Tensor(), dy_in, dz_in);
+  }
   if (is_channels_last(x_in) ? !is_channels_last(dz_in) : !dz_in.is_contiguous())
     dz_in = is_channels_last(x_in) ? to_channels_last(dz_in) : dz_in.contiguous();
   if (dresidual_in.defined()) Tensor(dresidual_in).copy_(dz_in);

@@ -20,11 +20,10 @@
 
 #if DDP_HAVE_CUDNN
 
-#include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
 #include "ddp/tensor/memory_format.h"
-#include "ddp/tensor/ops.h"
 #include "kernel_list.h"
+#include "cuda/cudnn_policy.h"
 #include "cuda/cudnn_util.h"
 #include "cuda/batch_norm_cuda_detail.h"
 #include "tensor/device_guard.h"
@@ -95,7 +94,6 @@ void legacy_train_forward(const Tensor& x_in, const Tensor& weight, const Tensor
                    double eps, const Tensor& y_in, const Tensor& save_mean,
                    const Tensor& save_invstd) {
   CudaDeviceGuard guard(x_in.device().index);
-  autograd::NoGradGuard no_grad;
   const Tensor x = as_4d(x_in), y = as_4d(y_in);
   const PerChannel p(x, weight, bias, running_mean, running_var);
   const Tensor &scale = p.scale, &shift = p.shift, &rm = p.rm, &rv = p.rv;
@@ -121,7 +119,6 @@ void legacy_eval_forward(const Tensor& x_in, const Tensor& weight, const Tensor&
                   const Tensor& running_mean, const Tensor& running_var, double eps,
                   const Tensor& y_in) {
   CudaDeviceGuard guard(x_in.device().index);
-  autograd::NoGradGuard no_grad;
   const Tensor x = as_4d(x_in), y = as_4d(y_in);
   const PerChannel p(x, weight, bias, running_mean, running_var);  // both statistics defined
   const Tensor &scale = p.scale, &shift = p.shift, &rm = p.rm, &rv = p.rv;
@@ -138,29 +135,41 @@ void legacy_eval_forward(const Tensor& x_in, const Tensor& weight, const Tensor&
   });
 }
 
+// Evaluation mode: y = (x - mean)·invstd·w + b is affine in x, so
+// dx = dy·invstd·w, dw = Σ dy·(x - mean)·invstd, db = Σ dy, in the
+// statistics dtype (Note [cuDNN batch norm dtypes]). cuDNN has no call for
+// it; the Tensor's in-place arithmetic and the channel sum compute it, in
+// the order the composed ops of the CPU frontend would.
 void eval_backward(const Tensor& x, const Tensor& dy, const Tensor& weight, const Tensor& mean,
                    const Tensor& invstd, const Tensor& dx, const Tensor& dweight,
                    const Tensor& dbias) {
   const int64_t rank = x.dim();
   Shape s(size_t(rank), 1);
   s[1] = x.size(1);
-  std::vector<int64_t> dims{0};
-  for (int64_t i = 2; i < rank; ++i) dims.push_back(i);
   const DType pdt = param_dtype(x.dtype());
-  Tensor dy32 = dy.to(pdt), m = mean.to(pdt).view(s), is = invstd.to(pdt).view(s);
+  // A fresh copy of t in pdt, in t's layout, for in-place arithmetic.
+  auto fresh = [pdt](const Tensor& t) {
+    Tensor c = t.to(pdt);
+    return c.is_same(t) ? t.clone() : c;
+  };
+  const Tensor dy32 = dy.to(pdt), m = mean.to(pdt).view(s), is = invstd.to(pdt).view(s);
   if (dx.defined()) {
-    Tensor k = weight.defined() ? is * weight.to(pdt).view(s) : is;
-    Tensor(dx).copy_(dy32 * k);
+    Tensor k = fresh(is);
+    if (weight.defined()) k.mul_(weight.to(pdt).view(s));
+    Tensor(dx).copy_(fresh(dy32).mul_(k));
   }
-  if (dweight.defined()) Tensor(dweight).copy_(sum(dy32 * ((x.to(pdt) - m) * is), dims));
-  if (dbias.defined()) Tensor(dbias).copy_(sum(dy32, dims));
+  if (dweight.defined()) {
+    Tensor t = fresh(x);
+    t.sub_(m).mul_(is).mul_(dy32);
+    Tensor(dweight).copy_(cudnn_policy::channel_sum(t));
+  }
+  if (dbias.defined()) Tensor(dbias).copy_(cudnn_policy::channel_sum(dy32));
 }
 
 void legacy_backward(const Tensor& x_in, const Tensor& dy_in, const Tensor& weight,
               const Tensor& save_mean, const Tensor& save_invstd, bool batch_stats, double eps,
               const Tensor& dx_in, const Tensor& dweight, const Tensor& dbias) {
   CudaDeviceGuard guard(x_in.device().index);
-  autograd::NoGradGuard no_grad;
   if (!batch_stats)
     return eval_backward(x_in, dy_in, weight, save_mean, save_invstd, dx_in, dweight, dbias);
   const Tensor x = as_4d(x_in), dy = as_4d(dy_in);

@@ -69,15 +69,14 @@
 #include <vector>
 
 #include "core/cuda_check.h"
-#include "ddp/autograd/grad_mode.h"
+#include "core/cudnn_flags.h"
 #include "ddp/core/error.h"
-#include "ddp/nn/cudnn.h"
-#include "ddp/nn/functional/layout_conversions.h"
 #include "ddp/tensor/memory_format.h"
 #include "kernel_list.h"
 #include "cuda/cudnn_graph.h"
 #include "cuda/cudnn_policy.h"
 #include "tensor/device_guard.h"
+#include "tensor/layout_stats.h"
 
 namespace ddp::nn::functional {
 
@@ -118,7 +117,7 @@ cg::GraphCache<Plan>& plan_cache() {
   return *c;
 }
 
-bool tf32_allowed(DType dtype) { return dtype == DType::f32 && cudnn::allow_tf32(); }
+bool tf32_allowed(DType dtype) { return dtype == DType::f32 && cudnn_flags::allow_tf32(); }
 
 std::shared_ptr<fe::graph::Graph> new_graph(DType dtype) {
   const fe::DataType_t compute =
@@ -236,7 +235,7 @@ std::optional<std::string> try_build(fe::graph::Graph& graph, DType dtype, bool 
 std::shared_ptr<const Plan> plan_for(const ConvGeometry& g, Pass pass, const Tensor& a,
                                      const Tensor& b, const Tensor& bias, const Tensor& out) {
   const bool tf32 = tf32_allowed(g.dtype);
-  const bool deterministic = cudnn::deterministic();
+  const bool deterministic = cudnn_flags::deterministic();
   int device = 0;
   DDP_CUDA_CHECK(cudaGetDevice(&device));
   std::string key = pass_name(pass);
@@ -286,7 +285,7 @@ bool same_layout(const ConvGeometry& g, const Tensor& w) {
   return g.channels_last ? is_channels_last(w) : w.is_contiguous();
 }
 Tensor in_x_layout(const ConvGeometry& g, const Tensor& w) {
-  detail::count_layout_conversion();  // Note [Layout conversion count]
+  layout_stats::count_conversion();  // Note [Layout conversion count]
   return g.channels_last ? to_channels_last(w) : w.contiguous();
 }
 
@@ -307,7 +306,8 @@ void run_with_weight(const ConvGeometry& g, Pass pass, const Tensor& in, const T
   run(*p, std::move(by_uid), in);
   if (p->bias == cp::BiasPath::added_after) {
     // libddp's broadcast add: f32 arithmetic for f16/bf16, rounded once.
-    autograd::NoGradGuard no_grad;
+    // out is the frontend's fresh output and the bias is detached, so the
+    // in-place add (never recorded) needs no grad-mode guard.
     Tensor(out).add_(bias.view({1, g.o, 1, 1}));
   }
 }
@@ -341,7 +341,7 @@ void backward_weights(const ConvGeometry& g, const Tensor& x_in, const Tensor& d
   auto p = plan_for(g, Pass::wgrad, x, dy, Tensor(), dw);
   Tensor target = dw;
   if (!p->graph && !same_layout(g, dw)) {
-    detail::count_layout_conversion();
+    layout_stats::count_conversion();
     target = empty_nchw(dw.shape(), g.dtype, dw.device(), g.channels_last);
     p = plan_for(g, Pass::wgrad, x, dy, Tensor(), target);
   }

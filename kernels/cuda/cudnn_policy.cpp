@@ -10,10 +10,9 @@
 #include <utility>
 
 #include "core/format_bytes.h"
-#include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
+#include "ddp/tensor/backend.h"
 #include "ddp/tensor/memory_format.h"
-#include "ddp/tensor/ops.h"
 
 namespace ddp::nn::cudnn_policy {
 
@@ -31,11 +30,12 @@ Tensor empty_dense_like(const Tensor& t) {
   return Tensor::empty(t.shape(), TensorOptions(t.dtype()).device(t.device()));
 }
 
+// The copies here are Backend copies: a wrapper runs below autograd, and
+// an operand it stages may be a view of a tensor that requires grad.
 Tensor AlignedOperands::input(const Tensor& t) {
   if (is_aligned(t)) return t;
-  autograd::NoGradGuard no_grad;
   Tensor copy = empty_dense_like(t);
-  copy.copy_(t.detach());
+  backend_for(t.device()).copy(t, copy);
   ++staged_;
   return copy;
 }
@@ -49,8 +49,7 @@ Tensor AlignedOperands::output(const Tensor& t) {
 }
 
 void AlignedOperands::finish() {
-  autograd::NoGradGuard no_grad;
-  for (auto& [caller, scratch] : outputs_) Tensor(caller).copy_(scratch);
+  for (auto& [caller, scratch] : outputs_) backend_for(caller.device()).copy(scratch, caller);
   outputs_.clear();
 }
 
@@ -109,16 +108,47 @@ BiasPath conv_bias_path(bool has_bias, bool fused_graph_has_engine) {
   return fused_graph_has_engine ? BiasPath::in_graph : BiasPath::added_after;
 }
 
+Tensor channel_sum(const Tensor& t_in) {
+  DDP_CHECK(t_in.defined() && t_in.dim() >= 2 && is_floating(t_in.dtype()),
+            "channel_sum: needs a floating tensor with a channel dim, got {}",
+            t_in.defined() ? t_in.describe() : "an undefined tensor");
+  const Tensor t = t_in.detach();
+  const int64_t c = t.size(1), rest = c == 0 ? 0 : t.numel() / c;
+  Tensor out = Tensor::empty({c}, TensorOptions(t.dtype()).device(t.device()));
+  Backend& be = backend_for(t.device());
+  if (rest == 0) {
+    be.fill(out, 0.0);  // an empty sum; the kernels would leave out untouched
+    return out;
+  }
+  // Channel-major ([C, rest] rows) when that view is dense; else, when the
+  // channel is innermost in memory (NHWC), the columns of [rest, C] as they
+  // lie; else a channel-major copy. The same choice as sum()'s.
+  std::vector<int64_t> channel_first{1, 0}, channel_last{0};
+  for (int64_t d = 2; d < t.dim(); ++d) {
+    channel_first.push_back(d);
+    channel_last.push_back(d);
+  }
+  channel_last.push_back(1);
+  Tensor rows = t.permute(channel_first);
+  if (!rows.is_contiguous()) {
+    const Tensor cols = t.permute(channel_last);
+    if (cols.is_contiguous()) {
+      be.reduce_cols(ReductionOp::sum, cols.view({rest, c}), out);
+      return out;
+    }
+    Tensor dense = Tensor::empty(rows.shape(), TensorOptions(t.dtype()).device(t.device()));
+    be.copy(rows, dense);
+    rows = dense;
+  }
+  be.reduce_rows(ReductionOp::sum, rows.view({c, rest}), out);
+  return out;
+}
+
 Tensor conv_bias_grad(const Tensor& dy) {
   DDP_CHECK(dy.defined() && dy.dim() >= 2,
             "conv2d bias gradient: dy must have a channel dim, got {}",
             dy.defined() ? dy.describe() : "an undefined tensor");
-  autograd::NoGradGuard no_grad;
-  std::vector<int64_t> dims{0};
-  for (int64_t d = 2; d < dy.dim(); ++d) dims.push_back(d);
-  // sum() of a floating tensor accumulates in compute_t (f32 for f16/bf16,
-  // f64 for f64) and rounds once into dy's dtype on both backends.
-  return sum(dy.detach(), dims);
+  return channel_sum(dy);
 }
 
 }  // namespace ddp::nn::cudnn_policy

@@ -142,12 +142,19 @@ std::string describe(const WorkspaceChoice& c);
 enum class BiasPath { none, in_graph, added_after };
 BiasPath conv_bias_path(bool has_bias, bool fused_graph_has_engine);
 
-// The bias gradient of a convolution: dy summed over every dim but 1 (N, H,
-// W), accumulated in f32 (f64 for f64) and rounded once to dy's dtype,
-// which is the bias's. libddp's sum does exactly that on both backends
-// (Note [CUDA row reductions], Note [CPU float sums]); an NHWC dy is
-// reduced in place by the column kernel (Note [CUDA column reductions]).
-// Returns [C] in dy's dtype, on dy's device, recording no autograd node.
+// t [N, C, ...] (floating) summed over every dim but 1, straight on the
+// Backend's row and column sums, which accumulate in f32 (f64 for f64) and
+// round once to t's dtype (Note [CUDA row reductions], Note [CPU float
+// sums]). The rows are arranged as libddp's sum(t, {0, 2, ...}) arranges
+// them, so the two agree bit for bit: an NHWC t is reduced in place by the
+// column kernel (Note [CUDA column reductions]), any other layout through a
+// channel-major copy. Returns [C] in t's dtype, on t's device, recording no
+// autograd node. The wrappers' fallbacks use it where they need a
+// per-channel sum (they stand below the ops frontend, whose sum() they
+// cannot call).
+Tensor channel_sum(const Tensor& t);
+// The bias gradient of a convolution: channel_sum(dy), in dy's dtype, which
+// is the bias's.
 Tensor conv_bias_grad(const Tensor& dy);
 
 }  // namespace ddp::nn::cudnn_policy

@@ -5,7 +5,7 @@
 // the one list kernels/kernel_list.h (DDP_DECLARE_KERNEL); each backend
 // registers its implementation in its own file (DDP_REGISTER_KERNEL), next to
 // the code it wraps: kernels/cpu/<op>.cpp for the CPU, kernels/cuda/<op>.cu or
-// a library wrapper (src/<layer>/<op>_cuda.cpp: cuDNN, cuBLASLt) for CUDA. A
+// a library wrapper (kernels/cuda/<op>_cuda.cpp: cuDNN, cuBLASLt) for CUDA. A
 // build without CUDA compiles no CUDA file, so it simply has no CUDA
 // registrations: there are no stand-in files, and asking for a kernel a device
 // lacks raises NotImplementedError naming the op and the device.

@@ -4,7 +4,9 @@
 // - Note [cuDNN workspace fallback]: the order plans are tried in when a
 //   workspace does not fit, and the message when none does;
 // - the conv bias path, and the bias gradient's f32 accumulation (shown
-//   with sums a 16-bit accumulator could not reach).
+//   with sums a 16-bit accumulator could not reach);
+// - channel_sum, the wrappers' per-channel sum below the ops frontend: bit
+//   for bit sum(t, {0, 2, ...}) in every layout and dtype.
 // Run on CPU tensors; the GPU side is tests/nn/cudnn_graph_gpu_test.cpp.
 
 #include "cuda/cudnn_policy.h"
@@ -241,6 +243,58 @@ TEST(CudnnPolicyConvBias, GradientMatchesTheF64SumRoundedOnce) {
     for (size_t c = 0; c < want.size(); ++c)
       EXPECT_NEAR(got[c], want[c], std::abs(want[c]) * 0x1p-8 + 1e-6) << "channel " << c;
   }
+}
+
+// channel_sum arranges the sum as sum() does, so the two agree bit for bit:
+// NCHW (rows of a channel-major copy), NHWC (columns in place), a strided
+// view, 2-D and 3-D inputs, batch 1, every floating dtype.
+TEST(CudnnPolicyChannelSum, EqualsSumOverEveryDimButOneBitForBit) {
+  manual_seed(11);
+  const std::vector<Shape> shapes = {{8, 5, 9, 7}, {1, 6, 4, 4}, {7, 3}, {4, 5, 33}, {3, 1, 2, 2}};
+  for (DType dt : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
+    for (const Shape& shape : shapes) {
+      for (int layout = 0; layout < 3; ++layout) {
+        if (layout > 0 && shape.size() != 4) continue;
+        SCOPED_TRACE(::testing::Message() << dtype_name(dt) << " " << shape_str(shape)
+                                          << " layout " << layout);
+        Tensor t = randn(shape).to(dt);
+        if (layout == 1) t = to_channels_last(t);
+        if (layout == 2)  // every other row: neither dense layout
+          t = randn({shape[0], shape[1], shape[2] * 2, shape[3]}).to(dt).slice(2, 0, shape[2] * 2, 2);
+        std::vector<int64_t> dims{0};
+        for (int64_t d = 2; d < t.dim(); ++d) dims.push_back(d);
+        const Tensor want = sum(t, dims);
+        const Tensor got = cp::channel_sum(t);
+        EXPECT_EQ(got.dtype(), dt);
+        EXPECT_EQ(got.shape(), (Shape{t.size(1)}));
+        const std::vector<double> w = want.to(DType::f64).to_vector<double>();
+        const std::vector<double> g = got.to(DType::f64).to_vector<double>();
+        ASSERT_EQ(g.size(), w.size());
+        for (size_t c = 0; c < w.size(); ++c) EXPECT_EQ(g[c], w[c]) << "channel " << c;
+      }
+    }
+  }
+}
+
+TEST(CudnnPolicyChannelSum, EmptyBatchGivesZeros) {
+  Tensor t = Tensor::empty({0, 3, 4, 4});
+  EXPECT_EQ(cp::channel_sum(t).to_vector<float>(), (std::vector<float>{0, 0, 0}));
+  EXPECT_EQ(cp::channel_sum(Tensor::empty({2, 0, 3})).numel(), 0);
+}
+
+TEST(CudnnPolicyChannelSum, BadInputsRaise) {
+  EXPECT_THROW(cp::channel_sum(Tensor()), Error);
+  EXPECT_THROW(cp::channel_sum(Tensor::ones({5})), Error);
+  EXPECT_THROW(cp::channel_sum(Tensor::ones({2, 3}, TensorOptions(DType::i64))), Error);
+}
+
+TEST(CudnnPolicyChannelSum, RecordsNoAutogradAndLeavesItsInputAlone) {
+  Tensor t = randn({2, 3, 4, 4}).set_requires_grad();
+  const std::vector<float> before = t.detach().to_vector<float>();
+  Tensor s = cp::channel_sum(t);
+  EXPECT_FALSE(s.requires_grad());
+  EXPECT_EQ(s.grad_fn(), nullptr);
+  EXPECT_EQ(t.detach().to_vector<float>(), before);
 }
 
 TEST(CudnnPolicyConvBias, GradientRecordsNoAutograd) {

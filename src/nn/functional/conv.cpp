@@ -33,6 +33,7 @@
 #include "ddp/core/error.h"
 #include "ddp/tensor/ops.h"
 #include "kernel_list.h"
+#include "tensor/layout_stats.h"
 
 namespace ddp::kernels {
 
@@ -61,13 +62,8 @@ ConvCacheStats conv2d_cache_stats(DeviceType device) {
   return {s.entries, s.hits, s.misses, s.weight_hits, s.weight_misses, s.weight_bytes};
 }
 
-namespace {
-std::atomic<int64_t> g_layout_conversions{0};
-}
-int64_t layout_conversion_count() { return g_layout_conversions.load(std::memory_order_relaxed); }
-void detail::count_layout_conversion() {
-  g_layout_conversions.fetch_add(1, std::memory_order_relaxed);
-}
+int64_t layout_conversion_count() { return layout_stats::conversions(); }
+void detail::count_layout_conversion() { layout_stats::count_conversion(); }
 
 namespace {
 
