@@ -40,7 +40,7 @@ const Opened& opened() {
     o.handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (!o.handle) o.error = dl_error(("cannot open " + path).c_str());
 #else
-    o.error = "libddp was built without CUDA";
+    o.error = kBuiltWithoutCuda;
 #endif
     return o;
   }();
@@ -61,7 +61,7 @@ bool cuda_driver_present(std::string* why) {
   if (!driver.handle && why) *why = driver.error;
   return driver.handle != nullptr;
 #else
-  if (why) *why = "libddp was built without CUDA";
+  if (why) *why = kBuiltWithoutCuda;
   return false;
 #endif
 }

@@ -8,6 +8,9 @@
 
 namespace ddp::detail {
 
+// Why CUDA is unavailable in a build without it: every answer's words.
+inline constexpr const char* kBuiltWithoutCuda = "libddp was built without CUDA";
+
 // Whether the NVIDIA driver (libcuda.so.1) can be opened; why not in *why.
 // Opens nothing else, so a machine without a GPU maps no CUDA library.
 bool cuda_driver_present(std::string* why);

@@ -74,4 +74,34 @@ std::vector<std::string> registered_backends(bool open_cuda_library) {
   return out;
 }
 
+BackendPlan parse_backend_spec(
+    const std::string& spec, const char* who,
+    const std::function<const BackendInfo&(const std::string&)>& lookup) {
+  BackendPlan plan;
+  if (spec.find(':') == std::string::npos) {
+    for (DeviceType t : lookup(spec).devices) plan[t] = spec;
+    return plan;
+  }
+  size_t at = 0;
+  while (at <= spec.size()) {
+    const size_t comma = std::min(spec.find(',', at), spec.size());
+    const std::string item = spec.substr(at, comma - at);
+    const size_t colon = item.find(':');
+    DDP_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < item.size(),
+              "{}: bad backend '{}': '{}' is not DEVICE:BACKEND (expected e.g. "
+              "\"cpu:gloo,cuda:nccl\")",
+              who, spec, item);
+    const std::string dev = item.substr(0, colon), name = item.substr(colon + 1);
+    DDP_CHECK(dev == "cpu" || dev == "cuda",
+              "{}: bad backend '{}': unknown device type '{}' (cpu or cuda)", who, spec, dev);
+    const DeviceType t = dev == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
+    DDP_CHECK(!plan.count(t), "{}: bad backend '{}': {} is named twice", who, spec, dev);
+    DDP_CHECK_T(DeviceError, lookup(name).takes(t),
+                "{}: bad backend '{}': {} does not take {} tensors", who, spec, name, dev);
+    plan[t] = name;
+    at = comma + 1;
+  }
+  return plan;
+}
+
 }  // namespace ddp::dist

@@ -111,9 +111,6 @@ std::shared_ptr<Store> make_store(const InitOptions& o, const LaunchEnv& env) {
   return std::make_shared<TCPStore>(so);
 }
 
-// Which backend takes each device type, in device-type order.
-using BackendPlan = std::map<DeviceType, std::string>;
-
 const BackendInfo& registered(const std::string& name) {
   const BackendInfo* info = find_backend(name);
   DDP_CHECK(info != nullptr,
@@ -124,34 +121,7 @@ const BackendInfo& registered(const std::string& name) {
 
 // "nccl" -> every device type nccl takes; "cpu:gloo,cuda:nccl" -> as written.
 BackendPlan parse_backend(const std::string& spec) {
-  BackendPlan plan;
-  if (spec.find(':') == std::string::npos) {
-    const BackendInfo& info = registered(spec);
-    for (DeviceType t : info.devices) plan[t] = spec;
-    return plan;
-  }
-  size_t at = 0;
-  while (at <= spec.size()) {
-    size_t comma = std::min(spec.find(',', at), spec.size());
-    std::string item = spec.substr(at, comma - at);
-    size_t colon = item.find(':');
-    DDP_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < item.size(),
-              "init_process_group: bad backend '{}': '{}' is not DEVICE:BACKEND (expected e.g. "
-              "\"cpu:gloo,cuda:nccl\")",
-              spec, item);
-    std::string dev = item.substr(0, colon), name = item.substr(colon + 1);
-    DDP_CHECK(dev == "cpu" || dev == "cuda",
-              "init_process_group: bad backend '{}': unknown device type '{}' (cpu or cuda)", spec,
-              dev);
-    DeviceType t = dev == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
-    DDP_CHECK(!plan.count(t), "init_process_group: bad backend '{}': {} is named twice", spec, dev);
-    DDP_CHECK_T(DeviceError, registered(name).takes(t),
-                "init_process_group: bad backend '{}': {} does not take {} tensors", spec, name,
-                dev);
-    plan[t] = name;
-    at = comma + 1;
-  }
-  return plan;
+  return parse_backend_spec(spec, "init_process_group", registered);
 }
 
 // See Note [Choosing the backend].

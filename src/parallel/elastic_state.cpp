@@ -249,34 +249,14 @@ ElasticBackend::ElasticBackend(std::string spec, const Device& device, dist::Glo
                                std::chrono::milliseconds timeout,
                                std::shared_ptr<dist::Store> store)
     : spec_(std::move(spec)), device_(device), gloo_(std::move(gloo)), timeout_(timeout) {
-  // The same grammar as init_process_group's backend (Note [Choosing the
-  // backend]): "nccl" -> every device type nccl takes; "cpu:gloo,cuda:nccl"
-  // -> as written.
-  if (spec_.find(':') == std::string::npos) {
-    const dist::BackendInfo& info = elastic_backend(spec_, spec_);
-    for (DeviceType t : info.devices) plan_[t] = spec_;
-  } else {
-    routed_ = true;
-    size_t at = 0;
-    while (at <= spec_.size()) {
-      const size_t comma = std::min(spec_.find(',', at), spec_.size());
-      const std::string item = spec_.substr(at, comma - at);
-      const size_t colon = item.find(':');
-      DDP_CHECK(colon != std::string::npos && colon > 0 && colon + 1 < item.size(),
-                "ElasticGroup: bad backend '{}': '{}' is not DEVICE:BACKEND (expected e.g. "
-                "\"cpu:gloo,cuda:nccl\")",
-                spec_, item);
-      const std::string dev = item.substr(0, colon), name = item.substr(colon + 1);
-      DDP_CHECK(dev == "cpu" || dev == "cuda",
-                "ElasticGroup: bad backend '{}': unknown device type '{}' (cpu or cuda)", spec_, dev);
-      const DeviceType t = dev == "cuda" ? DeviceType::CUDA : DeviceType::CPU;
-      DDP_CHECK(!plan_.count(t), "ElasticGroup: bad backend '{}': {} is named twice", spec_, dev);
-      DDP_CHECK_T(DeviceError, elastic_backend(spec_, name).takes(t),
-                  "ElasticGroup: bad backend '{}': {} does not take {} tensors", spec_, name, dev);
-      plan_[t] = name;
-      at = comma + 1;
-    }
-  }
+  // init_process_group's grammar, by the same parser (Note [Choosing the
+  // backend]), with mpi refused by the lookup.
+  routed_ = spec_.find(':') != std::string::npos;
+  plan_ = dist::parse_backend_spec(
+      spec_, "ElasticGroup",
+      [this](const std::string& name) -> const dist::BackendInfo& {
+        return elastic_backend(spec_, name);
+      });
   DDP_CHECK_T(DeviceError, plan_.count(device_.type),
               "ElasticGroup: backend '{}' has no backend for {} tensors, and the device is {}",
               spec_, type_text(device_.type), device_.str());

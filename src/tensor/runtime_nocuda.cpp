@@ -7,6 +7,7 @@
 #include <string>
 
 #include "ddp/core/error.h"
+#include "core/cuda_library.h"
 #include "tensor/caching_allocator.h"
 #include "tensor/cuda_event_pool.h"
 #include "tensor/device_guard.h"
@@ -15,7 +16,7 @@
 namespace ddp {
 
 namespace {
-constexpr const char* kReason = "libddp was built without CUDA";
+constexpr const char* kReason = detail::kBuiltWithoutCuda;
 
 [[noreturn]] void no_cuda(const char* what) {
   DDP_THROW(DeviceError, "{}: no usable CUDA device: {}", what, kReason);

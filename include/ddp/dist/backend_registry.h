@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -74,6 +75,18 @@ const BackendInfo* find_backend(const std::string& name);
 // `open_cuda_library` is false (then: what is registered now, without
 // mapping the CUDA libraries; what a CPU-only choice of backend needs).
 std::vector<std::string> registered_backends(bool open_cuda_library = true);
+
+// Which backend takes each device type, in device-type order.
+using BackendPlan = std::map<DeviceType, std::string>;
+// The backend grammar of init_process_group and ElasticGroup (Note
+// [Choosing the backend]): "nccl" -> every device type nccl takes;
+// "cpu:gloo,cuda:nccl" -> as written. `who` starts each error message;
+// `lookup` returns a backend's entry by name, raising its own error for a
+// name it lacks or refuses. ValueError for a malformed spec, DeviceError for
+// a backend named for a device type it does not take.
+BackendPlan parse_backend_spec(
+    const std::string& spec, const char* who,
+    const std::function<const BackendInfo&(const std::string&)>& lookup);
 
 // Registers at load time, from a backend's source file:
 //   static const BackendRegistration kGloo{{.name = "gloo", ...}};
