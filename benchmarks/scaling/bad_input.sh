@@ -1,6 +1,7 @@
 #!/bin/bash
 # ctest bench.scaling.cli.bad_input: run.sh and scaling_main refuse a bad
-# --compute, --profile, --cluster-link-gbit or --priority-buckets with exit status 2 and a
+# --compute, --profile, --cluster-link-gbit, --priority-buckets, --overlap-chunk-mb or
+# --overlap-issue-ratio with exit status 2 and a
 # message naming the flag, before any namespace is made (no root needed).
 #
 #   bad_input.sh SCALING_MAIN
@@ -41,6 +42,8 @@ expect --stretch "${run[@]}" --compute emulated --profile gpt2 --stretch ""
 expect --cluster-link-gbit "${run[@]}" --cluster-link-gbit 10
 for k in 0 -1 x ""; do expect --priority-buckets "${run[@]}" --priority-buckets "$k"; done
 expect --overlap-cap-mb "${run[@]}" --overlap-cap-mb 0
+for c in -1 x ""; do expect --overlap-chunk-mb "${run[@]}" --overlap-chunk-mb "$c"; done
+for r in 0 1.5 -0.5 x ""; do expect --overlap-issue-ratio "${run[@]}" --overlap-issue-ratio "$r"; done
 # scaling_main checks the same before it joins a group
 expect --compute "$main" --compute gpu
 expect --profile "$main" --compute emulated --profile "$tmp/truncated.json"
@@ -49,5 +52,8 @@ expect --profile "$main" --compute emulated --profile "$tmp/missing.json"
 expect --profile "$main" --compute emulated
 expect --cluster-link-gbit "$main" --cluster-link-gbit -1
 expect --priority-buckets "$main" --mode overlap --priority-buckets 0
+expect --overlap-chunk-mb "$main" --mode overlap --overlap-chunk-mb -1
+expect --overlap-issue-ratio "$main" --mode overlap --overlap-issue-ratio 0
+expect --overlap-issue-ratio "$main" --mode overlap --overlap-issue-ratio 1.5
 [ $fails -eq 0 ] || { echo "FAIL: $fails cases"; exit 1; }
 echo "OK: every bad input exited 2 naming its flag"

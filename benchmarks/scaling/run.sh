@@ -13,10 +13,13 @@
 #       [--main PATH/scaling_main] [--python /usr/bin/python3]
 #       [--compute real|emulated] [--profile resnet50|gpt2|FILE]
 #       [--cluster-link-gbit G] [--stretch S] [--priority-buckets K]
-#       [--overlap-cap-mb C]
+#       [--overlap-cap-mb C] [--overlap-chunk-mb M] [--overlap-issue-ratio R]
 #
 # Mode overlap (libddp only): DistributedDataParallel::overlap_step with K
-# priority buckets (default 4) and buckets of C MiB (default 25).
+# priority buckets (default 4) and buckets of C MiB (default 25); with M > 0
+# each bucket goes out as allreduces of at most M MiB, R of the bytes ready
+# during backward (0 < R <= 1, default 1) and the rest at its end, first
+# layers first (default M = 0: whole buckets; docs/ddp.md).
 #
 # --compute emulated (the GPU-regime twin, docs/benchmarks.md "GPU-regime
 # twin"): the model is the profile's layers (benchmarks/scaling/profiles/),
@@ -35,8 +38,8 @@ nodes=1,2,4 gbit=1 steps=10 warmup=3 batch=32 image=32 json="" caps=""
 engines=libddp,pytorch modes=ddp,no_comm,auto_buckets,zero1,powersgd
 main=$repo/build/benchmarks/scaling/scaling_main python=/usr/bin/python3
 compute=real profile="" cluster_gbit="" stretch="" gbit_given="" modes_given=""
-cluster_given="" stretch_given="" priority=4 overlap_cap=25
-usage() { sed -n '9,20p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+cluster_given="" stretch_given="" priority=4 overlap_cap=25 chunk_mb=0 issue_ratio=1
+usage() { sed -n '9,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=$2; shift 2 ;;
@@ -55,6 +58,8 @@ while [ $# -gt 0 ]; do
     --stretch) stretch=$2; stretch_given=1; shift 2 ;;
     --priority-buckets) priority=$2; shift 2 ;;
     --overlap-cap-mb) overlap_cap=$2; shift 2 ;;
+    --overlap-chunk-mb) chunk_mb=$2; shift 2 ;;
+    --overlap-issue-ratio) issue_ratio=$2; shift 2 ;;
     --main) main=$2; shift 2 ;;
     --python) python=$2; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -68,6 +73,9 @@ positive_number() {
 }
 case $priority in ''|*[!0-9]*|0) echo "run.sh: --priority-buckets must be a positive integer, got '$priority'" >&2; exit 2 ;; esac
 positive_number --overlap-cap-mb "$overlap_cap"
+case $chunk_mb in ''|.|*[!0-9.]*|*.*.*) echo "run.sh: --overlap-chunk-mb must be a number >= 0, got '$chunk_mb'" >&2; exit 2 ;; esac
+case $issue_ratio in ''|.|*[!0-9.]*|*.*.*) echo "run.sh: --overlap-issue-ratio must be in (0, 1], got '$issue_ratio'" >&2; exit 2 ;; esac
+awk -v v="$issue_ratio" 'BEGIN { exit !(v > 0 && v <= 1) }' || { echo "run.sh: --overlap-issue-ratio must be in (0, 1], got '$issue_ratio'" >&2; exit 2; }
 case $gbit in ''|*[!0-9.]*) echo "run.sh: --gbit must be a number, got '$gbit'" >&2; exit 2 ;; esac
 case $compute in
   real)
@@ -179,7 +187,8 @@ run_one() {
     if [ "$engine" = libddp ]; then
       cmd=("$main" --mode "$mode")
       [ "$compute" = real ] && cmd+=(--model resnet18)
-      [ "$mode" = overlap ] && cmd+=(--priority-buckets "$priority")
+      [ "$mode" = overlap ] && cmd+=(--priority-buckets "$priority" --overlap-chunk-mb "$chunk_mb"
+                                     --overlap-issue-ratio "$issue_ratio")
     else
       cmd=("$python" "$here/torch_twin.py" --mode "$mode")
     fi

@@ -18,6 +18,10 @@
 //   overlap       DistributedDataParallel::overlap_step (docs/ddp.md): the
 //                 step applied per bucket in the next forward, the last
 //                 --priority-buckets buckets launched first layers first;
+//                 --overlap-chunk-mb C sends each bucket as allreduces of
+//                 at most C MiB, of which --overlap-issue-ratio R of the
+//                 bytes ready go out during backward and the rest at its
+//                 end, first layers first (Note [Overlap chunks]);
 //                 broadcast_buffers off (the broadcast would wait behind
 //                 the buckets in flight)
 //
@@ -63,6 +67,7 @@ struct ScalingOptions {
   int64_t image_size = 32, batch_size = 32, steps = 10, warmup = 3, auto_iterations = 3;
   double bucket_cap_mb = 25.0;
   int64_t priority_buckets = 4;
+  double overlap_chunk_mb = 0.0, overlap_issue_ratio = 1.0;  // Note [Overlap chunks]
   std::string json_path;
   std::string compute = "real", profile;
   double stretch = 1.0, cluster_link_gbit = 0.0, link_gbit = 0.0;  // 0: not given
@@ -180,7 +185,9 @@ int run_emulated(const ScalingOptions& o) {
   const bool sync = o.mode != "no_comm";
   const auto optimizer = std::chrono::nanoseconds(int64_t(profile.optimizer_s * o.stretch * 1e9));
   SleepingOptimizer sleeping(model->parameters(), optimizer);
-  if (overlap) ddp_model.overlap_step(sleeping, int(o.priority_buckets));
+  if (overlap)
+    ddp_model.overlap_step(sleeping, int(o.priority_buckets),
+                           {.chunk_mb = o.overlap_chunk_mb, .issue_ratio = o.overlap_issue_ratio});
   auto step = [&] {
     if (overlap) {
       // The step and the zeroing are applied per bucket in the next forward.
@@ -235,6 +242,8 @@ int run_emulated(const ScalingOptions& o) {
           .add("profile_step_s", profile.step_s).add("bucket_cap_mb", o.bucket_cap_mb)
           .add("broadcast_buffers", dopts.broadcast_buffers)
           .add("priority_buckets", overlap ? o.priority_buckets : int64_t(0))
+          .add("overlap_chunk_mb", overlap ? o.overlap_chunk_mb : 0.0)
+          .add("overlap_issue_ratio", overlap ? o.overlap_issue_ratio : 1.0)
           .add("buckets", int64_t(buckets)).add("steps", o.steps)
           .add("step_s", cluster_s / double(o.steps)).add("median_step_s", step_s)
           .add("wall_step_s", step_s * o.stretch)
@@ -278,7 +287,9 @@ int run(const ScalingOptions& o) {
         ddp_model, ddp::parallel::zero_sgd(0.01, sgd));
   else
     opt = std::make_unique<ddp::optim::SGD>(model->parameters(), 0.01, sgd);
-  if (overlap) ddp_model.overlap_step(*opt, int(o.priority_buckets));
+  if (overlap)
+    ddp_model.overlap_step(*opt, int(o.priority_buckets),
+                           {.chunk_mb = o.overlap_chunk_mb, .issue_ratio = o.overlap_issue_ratio});
   int64_t plain_steps = 0;  // steps before the comm hook compresses
   if (o.mode == "powersgd") {
     ddp::parallel::PowerSGDOptions p;
@@ -345,6 +356,14 @@ int parse_and_run(int argc, char** argv) {
                "overlap: the last buckets of backward, launched first layers first at its end "
                "(default 4)",
                1);
+  args.add_double("--overlap-chunk-mb", &o.overlap_chunk_mb,
+                  "overlap: each bucket sent as allreduces of at most C MiB, the first layers' "
+                  "overtaking those not yet issued (default 0: whole buckets)",
+                  0.0);
+  args.add_double("--overlap-issue-ratio", &o.overlap_issue_ratio,
+                  "overlap with chunks: the share of the bytes ready issued during backward, in "
+                  "(0, 1]; the rest goes at its end, first layers first (default 1)",
+                  0.0, /*exclusive=*/true);
   args.add_string("--model", &o.model, "a ResNet of the benchmark zoo (default resnet18)",
                   resnet_names());
   args.add_int("--image-size", &o.image_size, "input side (default 32)", 8);
@@ -369,6 +388,8 @@ int parse_and_run(int argc, char** argv) {
   args.add_double("--link-gbit", &o.link_gbit, "the shaped link's rate, recorded in the JSON row",
                   0.0, /*exclusive=*/true);
   args.parse(argc, argv);
+  if (o.overlap_issue_ratio > 1)
+    args.fail(fmt::format("--overlap-issue-ratio: must be in (0, 1], got {}", o.overlap_issue_ratio));
   return run(o);
 }
 

@@ -13,6 +13,7 @@ namespace ddp::parallel {
 struct DistributedDataParallelBase::OverlapState {
   optim::Optimizer* optimizer = nullptr;  // null once the optimizer is destroyed
   int priority_buckets = 1;
+  OverlapChunks chunks;  // Note [Overlap chunks]
   std::shared_ptr<optim::Optimizer::Deferral> deferral;
   std::vector<int64_t> number;  // by DDP parameter: the optimizer's number, or -1
   std::vector<nn::HookHandle> hooks;
@@ -30,7 +31,8 @@ void DistributedDataParallelBase::refuse_with_overlap(const char* what) const {
               "DistributedDataParallel::{}: not with overlap_step (Note [Overlapped step])", what);
 }
 
-void DistributedDataParallelBase::overlap_step(optim::Optimizer& optimizer, int priority_buckets) {
+void DistributedDataParallelBase::overlap_step(optim::Optimizer& optimizer, int priority_buckets,
+                                               OverlapChunks chunks) {
   const char* who = "DistributedDataParallel::overlap_step";
   DDP_CHECK_T(ValueError, overlap_ == nullptr, "{}: called twice (one optimizer per model)", who);
   DDP_CHECK_T(ValueError, comm_hook_ == nullptr,
@@ -43,6 +45,7 @@ void DistributedDataParallelBase::overlap_step(optim::Optimizer& optimizer, int 
               "{}: not with auto_bucket_size (set bucket_cap_mb)", who);
   DDP_CHECK_T(ValueError, priority_buckets >= 1, "{}: priority_buckets must be >= 1, got {}", who,
               priority_buckets);
+  Reducer::check_overlap_chunks(chunks, who);
   DDP_CHECK_T(ValueError, !optimizer.has_deferral(),
               "{}: the {} optimizer's steps are deferred already (by another model)", who,
               optimizer.name());
@@ -50,6 +53,7 @@ void DistributedDataParallelBase::overlap_step(optim::Optimizer& optimizer, int 
   auto state = std::make_shared<OverlapState>();
   state->optimizer = &optimizer;
   state->priority_buckets = priority_buckets;
+  state->chunks = chunks;
   // The reducer's numbering: the trainable parameters in named order.
   const Tensors trainable = tuner_params();
   std::unordered_map<const TensorImpl*, size_t> index;
@@ -92,11 +96,11 @@ void DistributedDataParallelBase::overlap_step(optim::Optimizer& optimizer, int 
     }));
   }
   overlap_ = std::move(state);
-  reducer_->set_overlap(join_ == nullptr, priority_buckets);
+  reducer_->set_overlap(join_ == nullptr, priority_buckets, chunks);
 }
 
 void DistributedDataParallelBase::overlap_follow_join(bool in_join) {
-  reducer_->set_overlap(!in_join, overlap_->priority_buckets);
+  reducer_->set_overlap(!in_join, overlap_->priority_buckets, overlap_->chunks);
 }
 
 void DistributedDataParallelBase::overlap_apply_bucket(size_t bucket) {

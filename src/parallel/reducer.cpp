@@ -212,12 +212,19 @@ bool Reducer::wait_launched_quietly() {
   for (auto& b : buckets_) {
     if (!b->launched) continue;
     b->launched = false;
-    try {
-      if (b->work.work) b->work.work->wait(group_->timeout());
-    } catch (const std::exception& e) {
-      failed = true;
-      DDP_LOG_WARNING("DistributedDataParallel: bucket {} failed: {}", b->timing.index, e.what());
+    std::vector<dist::WorkPtr> works = {b->work.work};
+    for (const Bucket::Chunk& c : b->chunks) works.push_back(c.work);  // Note [Overlap chunks]
+    for (const dist::WorkPtr& w : works) {
+      try {
+        if (w) w->wait(group_->timeout());
+      } catch (const std::exception& e) {
+        failed = true;
+        DDP_LOG_WARNING("DistributedDataParallel: bucket {} failed: {}", b->timing.index,
+                        e.what());
+      }
     }
+    b->chunks.clear();
+    b->chunks_issued = 0;
   }
   return failed;
 }
@@ -239,7 +246,16 @@ void Reducer::prepare_for_backward(const Tensors& outputs) {
     b->pending = b->params.size();
     b->launched = false;
     b->work = BucketWork{};
+    b->chunks.clear();
+    b->chunks_issued = 0;
   }
+  // Note [Overlap chunks]: decided before the first bucket goes out, from
+  // what is the same on every rank (the path this backward will take).
+  chunked_ = chunks_.chunk_mb > 0 && overlap_this_backward();
+  chunk_queue_.clear();
+  chunk_queue_head_ = 0;
+  released_bytes_ = issued_bytes_ = 0;
+  chunk_launches_.clear();
   next_launch_ = 0;
   callback_queued_ = false;
   armed_ = true;
@@ -356,7 +372,12 @@ void Reducer::mark_ready(size_t i, bool from_hook) {
 // out at the end of backward (launch_held_back).
 void Reducer::launch_ready_buckets() {
   const size_t until = buckets_.size() - held_back();
-  while (next_launch_ < until && buckets_[next_launch_]->pending == 0) launch_bucket(next_launch_++);
+  while (next_launch_ < until && buckets_[next_launch_]->pending == 0) {
+    if (chunked_)
+      release_chunks(next_launch_++);  // Note [Overlap chunks]
+    else
+      launch_bucket(next_launch_++);
+  }
 }
 
 void Reducer::launch_bucket(size_t index) {
@@ -425,7 +446,7 @@ void Reducer::finalize_backward() {
         group_->rank(), missing.size(), list_names(names_, missing));
     return;
   }
-  if (overlap_this_backward()) {
+  if (chunked_ || overlap_this_backward()) {  // chunked_ implies it (prepare_for_backward)
     begin_overlap();  // Note [Overlapped step]: the buckets finish in the next forward
     return;
   }

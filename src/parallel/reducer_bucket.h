@@ -23,6 +23,14 @@ struct Reducer::Bucket {
   bool launched = false;
   bool finished = true;         // Note [Overlapped step]: false while in flight after backward
   BucketWork work;
+  // Note [Overlap chunks]: in a chunked backward, the slices of `buffer`
+  // and their allreduces; chunks_issued of them went out (a prefix).
+  struct Chunk {
+    int64_t offset = 0, numel = 0;
+    dist::WorkPtr work;
+  };
+  std::vector<Chunk> chunks;
+  size_t chunks_issued = 0;
   BucketTiming timing;
 };
 

@@ -4,11 +4,14 @@
 // scheduler, AdamW, no_sync accumulation, find_unused_parameters,
 // static_graph, clipping, a GradScaler skip, a checkpoint between steps —
 // over gloo ranks (real asynchronous buckets) and thread ranks; the launch
-// order with priority buckets; a failed bucket; the bad inputs.
+// order with priority buckets and with chunks (Note [Overlap chunks]); a
+// failed bucket; the bad inputs.
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -78,6 +81,7 @@ struct Run {
   std::vector<std::vector<std::vector<double>>> params_per_step;  // rank 0's, after each step
   std::vector<std::vector<double>> final_params, opt_state;
   bool pending_after_backward = false;  // a synchronised backward left buckets in flight
+  std::vector<std::vector<ChunkLaunch>> chunk_launches;  // per step (Note [Overlap chunks])
 };
 
 enum class Opt { kSgd, kAdamW };
@@ -95,7 +99,7 @@ struct Recipe {
 
 // One rank's training loop, in the order a PyTorch user writes it.
 Run train(std::shared_ptr<dist::ProcessGroup> group, const Recipe& r, bool overlap,
-          int priority_buckets) {
+          int priority_buckets, OverlapChunks chunks = {}) {
   auto model = make_mlp();
   DistributedDataParallel<nn::Sequential> ddp(model, group, r.ddp);
   std::unique_ptr<optim::Optimizer> opt;
@@ -106,7 +110,7 @@ Run train(std::shared_ptr<dist::ProcessGroup> group, const Recipe& r, bool overl
     opt = std::make_unique<optim::AdamW>(model->parameters(), 0.01);
   optim::StepLR sched(*opt, 1, 0.7);
   amp::GradScaler scaler({.init_scale = 1024.0, .enabled = r.grad_scaler});
-  if (overlap) ddp.overlap_step(*opt, priority_buckets);
+  if (overlap) ddp.overlap_step(*opt, priority_buckets, chunks);
   Run run;
   for (int step = 0; step < r.steps; ++step) {
     for (int m = 0; m < r.micro; ++m) {
@@ -125,6 +129,7 @@ Run train(std::shared_ptr<dist::ProcessGroup> group, const Recipe& r, bool overl
       }
     }
     run.pending_after_backward = run.pending_after_backward || ddp.reducer().overlap_pending();
+    run.chunk_launches.push_back(ddp.reducer().last_chunk_launches());
     if (r.clip) {
       ddp.synchronize_step();  // the gradients are read: they must be final
       optim::clip_grad_norm_(model->parameters(), 0.5);
@@ -149,7 +154,26 @@ Run train(std::shared_ptr<dist::ProcessGroup> group, const Recipe& r, bool overl
 
 // The same recipe on `make_groups()` ranks, plain and overlapped.
 void expect_same_trajectory(const std::function<std::vector<std::shared_ptr<dist::ProcessGroup>>()>& make_groups,
-                            const Recipe& recipe, int priority_buckets, bool expect_pending) {
+                            const Recipe& recipe, int priority_buckets, bool expect_pending,
+                            OverlapChunks chunks = {}, std::vector<Run>* overlapped = nullptr,
+                            double tolerance = 0.0) {
+  // Bit for bit, or (tolerance > 0) each value within tolerance of plain DDP's.
+  auto expect_equal = [tolerance](const std::vector<std::vector<double>>& want,
+                                  const std::vector<std::vector<double>>& got,
+                                  const std::string& what) {
+    if (tolerance == 0.0) {
+      EXPECT_EQ(want, got) << what;
+      return;
+    }
+    ASSERT_EQ(want.size(), got.size()) << what;
+    double worst = 0;
+    for (size_t t = 0; t < want.size(); ++t) {
+      ASSERT_EQ(want[t].size(), got[t].size()) << what;
+      for (size_t e = 0; e < want[t].size(); ++e)
+        worst = std::max(worst, std::abs(want[t][e] - got[t][e]));
+    }
+    EXPECT_LE(worst, tolerance) << what;
+  };
   std::vector<Run> plain, over;
   for (bool overlap : {false, true}) {
     auto groups = make_groups();
@@ -158,7 +182,7 @@ void expect_same_trajectory(const std::function<std::vector<std::shared_ptr<dist
     std::vector<std::string> errors;
     on_every_rank(int(groups.size()), [&](int rank) {
       try {
-        runs[size_t(rank)] = train(groups[size_t(rank)], recipe, overlap, priority_buckets);
+        runs[size_t(rank)] = train(groups[size_t(rank)], recipe, overlap, priority_buckets, chunks);
       } catch (const std::exception& e) {
         std::lock_guard<std::mutex> lk(mu);
         errors.push_back(fmt::format("rank {}: {}", rank, e.what()));
@@ -169,14 +193,18 @@ void expect_same_trajectory(const std::function<std::vector<std::shared_ptr<dist
   }
   ASSERT_EQ(plain[0].params_per_step.size(), over[0].params_per_step.size());
   for (size_t s = 0; s < plain[0].params_per_step.size(); ++s)
-    EXPECT_EQ(plain[0].params_per_step[s], over[0].params_per_step[s]) << "after step " << s;
+    expect_equal(plain[0].params_per_step[s], over[0].params_per_step[s],
+                 fmt::format("after step {}", s));
   for (size_t r = 0; r < plain.size(); ++r) {
-    EXPECT_EQ(plain[r].final_params, over[r].final_params) << "rank " << r;
-    EXPECT_EQ(plain[r].opt_state, over[r].opt_state) << "rank " << r;
+    expect_equal(plain[r].final_params, over[r].final_params, fmt::format("rank {}", r));
+    expect_equal(plain[r].opt_state, over[r].opt_state, fmt::format("rank {}", r));
     EXPECT_EQ(over[r].final_params, over[0].final_params) << "rank " << r << " differs from rank 0";
     EXPECT_FALSE(plain[r].pending_after_backward);
     if (expect_pending) EXPECT_TRUE(over[r].pending_after_backward) << "rank " << r;
+    // Note [Overlap chunks]: every rank issued the same chunks in the same order.
+    EXPECT_EQ(over[r].chunk_launches, over[0].chunk_launches) << "rank " << r;
   }
+  if (overlapped) *overlapped = std::move(over);
 }
 
 std::vector<std::shared_ptr<dist::ProcessGroup>> threads2() {
@@ -247,37 +275,43 @@ TEST(OverlapStep, GradientCopiesEqualPlainDdp) {
 // shadows; its last step, recorded before it joined, must be applied before
 // the final broadcast, as plain DDP applied it at once.
 TEST(OverlapStep, JoinWithUnevenInputsEqualsPlainDdp) {
-  const std::vector<int> batches = {3, 1};
-  std::vector<std::vector<std::vector<double>>> params(2), states(2);
-  for (bool overlap : {false, true}) {
-    auto groups = thread_groups(2);
-    on_every_rank(2, [&](int rank) {
-      auto model = make_mlp();
-      DistributedDataParallel<nn::Sequential> ddp(
-          model, groups[size_t(rank)], {.bucket_cap_mb = 1e-6, .broadcast_buffers = false});
-      optim::SGD opt(model->parameters(), 0.1, {.momentum = 0.9});
-      if (overlap) ddp.overlap_step(opt, 3);
-      Join join({&ddp});
-      join.run([&] {
-        for (int step = 0; step < batches[size_t(rank)]; ++step) {
-          opt.zero_grad(false);
-          Tensor y = ddp(batch(rank, step));
-          sum(mul(y, y)).backward();
-          opt.step();
+  // Whole buckets and chunks: inside a Join scope the step is not overlapped
+  // (synchronous whole buckets); the chunk settings come back after it.
+  const OverlapChunks chunked{.chunk_mb = 56 / (1024.0 * 1024.0), .issue_ratio = 0.5};
+  for (OverlapChunks chunks : {OverlapChunks{}, chunked}) {
+    const std::vector<int> batches = {3, 1};
+    std::vector<std::vector<std::vector<double>>> params(2), states(2);
+    for (bool overlap : {false, true}) {
+      auto groups = thread_groups(2);
+      on_every_rank(2, [&](int rank) {
+        auto model = make_mlp();
+        DistributedDataParallel<nn::Sequential> ddp(
+            model, groups[size_t(rank)], {.bucket_cap_mb = 1e-6, .broadcast_buffers = false});
+        optim::SGD opt(model->parameters(), 0.1, {.momentum = 0.9});
+        if (overlap) ddp.overlap_step(opt, 3, chunks);
+        Join join({&ddp});
+        join.run([&] {
+          for (int step = 0; step < batches[size_t(rank)]; ++step) {
+            opt.zero_grad(false);
+            Tensor y = ddp(batch(rank, step));
+            sum(mul(y, y)).backward();
+            opt.step();
+          }
+        });
+        if (overlap) EXPECT_EQ(ddp.reducer().overlap_chunks().chunk_mb, chunks.chunk_mb);
+        auto p = values(model->parameters());
+        auto st = values(opt.state_dict());
+        if (overlap) {
+          EXPECT_EQ(p, params[size_t(rank)]) << "rank " << rank << ": parameters";
+          EXPECT_EQ(st, states[size_t(rank)]) << "rank " << rank << ": optimizer state";
+        } else {
+          params[size_t(rank)] = p;
+          states[size_t(rank)] = st;
         }
       });
-      auto p = values(model->parameters());
-      auto st = values(opt.state_dict());
-      if (overlap) {
-        EXPECT_EQ(p, params[size_t(rank)]) << "rank " << rank << ": parameters";
-        EXPECT_EQ(st, states[size_t(rank)]) << "rank " << rank << ": optimizer state";
-      } else {
-        params[size_t(rank)] = p;
-        states[size_t(rank)] = st;
-      }
-    });
+    }
+    EXPECT_EQ(params[0], params[1]);
   }
-  EXPECT_EQ(params[0], params[1]);
 }
 
 // Eight buckets (one per parameter, in reverse registration order); with
@@ -394,6 +428,222 @@ TEST(OverlapStep, BadInputsRaiseValueErrorAndChangeNothing) {
     ddp->overlap_step(*short_lived);
     short_lived.reset();
   }
+}
+
+// ---- Note [Overlap chunks] ---------------------------------------------------
+
+constexpr double kMiB = 1024.0 * 1024.0;
+using Runs = std::vector<Run>;  // (a TEST's body sees testing::Test::Run first)
+
+// The shape every chunked backward's launches must have: the chunks issued
+// during backward in bucket order, none of a held-back bucket (from
+// first_held on); then, at its end, every other chunk, the last bucket (the
+// first layers) first; each bucket's chunks once, in order, tiling its
+// buffer. Returns how many chunks of the backlog (buckets below
+// first_held) went out at the end, overtaken by the first layers'.
+size_t expect_chunk_order(const std::vector<ChunkLaunch>& launches, int first_held) {
+  std::map<int, std::vector<ChunkLaunch>> by_bucket;
+  size_t backlog_at_end = 0;
+  for (size_t k = 0; k < launches.size(); ++k) {
+    const ChunkLaunch& c = launches[k];
+    by_bucket[c.bucket].push_back(c);
+    if (c.at_end && c.bucket < first_held) ++backlog_at_end;
+    if (!c.at_end) EXPECT_LT(c.bucket, first_held) << "launch " << k << ": held back in backward";
+    if (k == 0) continue;
+    const ChunkLaunch& p = launches[k - 1];
+    EXPECT_FALSE(p.at_end && !c.at_end) << "launch " << k << ": during backward after its end";
+    if (!c.at_end) {
+      EXPECT_LT(std::pair(p.bucket, p.chunk), std::pair(c.bucket, c.chunk)) << "launch " << k;
+    } else if (p.at_end) {
+      EXPECT_TRUE(c.bucket < p.bucket || (c.bucket == p.bucket && c.chunk == p.chunk + 1))
+          << "launch " << k << ": bucket " << c.bucket << " chunk " << c.chunk << " after bucket "
+          << p.bucket << " chunk " << p.chunk;
+    }
+  }
+  for (const auto& [b, chunks] : by_bucket) {
+    int64_t offset = 0;
+    for (size_t j = 0; j < chunks.size(); ++j) {
+      EXPECT_EQ(chunks[j].chunk, int(j)) << "bucket " << b;
+      EXPECT_EQ(chunks[j].offset, offset) << "bucket " << b;
+      EXPECT_GT(chunks[j].numel, 0) << "bucket " << b;
+      offset += chunks[j].numel;
+    }
+  }
+  return backlog_at_end;
+}
+
+// Three buckets of 131, 156 and 84 f64 elements (caps of 100 elements).
+Recipe three_buckets(Recipe r = {}) {
+  r.ddp.bucket_cap_mb = 800 / kMiB;  // the first bucket's cap too (the smaller of the two)
+  return r;
+}
+
+#if DDP_HAVE_GLOO
+TEST(OverlapChunks, GlooTwoRanksEqualPlainDdpBitForBitAndIssueAlike) {
+  // Chunks of 7 elements (dividing only the third bucket), 8, one element,
+  // and 1 MiB (larger than any bucket); every byte at once, half, 0.3; one
+  // or two buckets held back, in turn.
+  int turn = 0;
+  for (double chunk : {56 / kMiB, 64 / kMiB, 8 / kMiB, 1.0})
+    for (double ratio : {1.0, 0.5, 0.3}) {
+      const int priority = 1 + turn++ % 2;
+      SCOPED_TRACE(fmt::format("chunk {} B, ratio {}, priority {}", chunk * kMiB, ratio,
+                               priority));
+      Runs over;
+      expect_same_trajectory([] { return gloo(2); }, three_buckets(), priority, true,
+                             {.chunk_mb = chunk, .issue_ratio = ratio}, &over);
+      ASSERT_FALSE(over.empty());
+      for (const auto& launches : over[0].chunk_launches) {
+        ASSERT_FALSE(launches.empty());
+        const size_t overtaken = expect_chunk_order(launches, 3 - priority);
+        // Below 1, a backlog is left at the end, behind the first layers.
+        if (ratio < 1) EXPECT_GT(overtaken, 0u);
+      }
+    }
+}
+
+// Gloo's ring allreduce adds an element's three values in an order that
+// depends on where the element lies in the message, so a chunk that is not
+// the whole bucket may round differently in the last bits (as another
+// bucket size would): chunks as large as the buckets (the same messages,
+// only issued in another order) are plain DDP's bit for bit; 7-element
+// chunks within 1e-12 (the ranks still agree bit for bit with each other).
+TEST(OverlapChunks, GlooThreeRanksEqualPlainDdp) {
+  const Recipe adamw = three_buckets(Recipe{.opt = Opt::kAdamW, .steps = 4});
+  expect_same_trajectory([] { return gloo(3); }, adamw, 2, true,
+                         {.chunk_mb = 1.0, .issue_ratio = 0.5});
+  expect_same_trajectory([] { return gloo(3); }, adamw, 2, true,
+                         {.chunk_mb = 56 / kMiB, .issue_ratio = 0.5}, nullptr, 1e-12);
+}
+#endif
+
+TEST(OverlapChunks, ThreeThreadRanksEqualPlainDdpBitForBit) {
+  auto threads3 = [] {
+    std::vector<std::shared_ptr<dist::ProcessGroup>> out;
+    for (auto& g : thread_groups(3)) out.push_back(g);
+    return out;
+  };
+  for (double chunk : {56 / kMiB, 64 / kMiB, 1.0, 1e30})  // 1e30: more bytes than an int64
+    expect_same_trajectory(threads3, three_buckets(), 2, true,
+                           {.chunk_mb = chunk, .issue_ratio = 0.5});
+}
+
+// With chunks on: no_sync accumulation, a GradScaler skip, clipping,
+// gradient copies, and the backwards that take the synchronous path
+// (static_graph's first, find_unused_parameters' all, sent whole) give
+// plain DDP's trajectories.
+TEST(OverlapChunks, NoSyncGradScalerCopiesStaticGraphAndUnusedEqualPlainDdp) {
+  const OverlapChunks chunks{.chunk_mb = 56 / kMiB, .issue_ratio = 0.5};
+  expect_same_trajectory(threads2, three_buckets(Recipe{.opt = Opt::kAdamW, .micro = 3}), 2, true,
+                         chunks);
+  expect_same_trajectory(threads2,
+                         three_buckets(Recipe{.steps = 4, .nan_step = 2, .grad_scaler = true}), 2,
+                         true, chunks);
+  expect_same_trajectory(threads2, three_buckets(Recipe{.clip = true}), 2, true, chunks);
+  Recipe view_off = three_buckets();
+  view_off.ddp.gradient_as_bucket_view = false;
+  expect_same_trajectory(threads2, view_off, 2, true, chunks);
+  Recipe stat = three_buckets();
+  stat.ddp.static_graph = true;
+  Runs over;
+  expect_same_trajectory(threads2, stat, 2, true, chunks, &over);
+  ASSERT_EQ(over[0].chunk_launches.size(), 5u);
+  EXPECT_TRUE(over[0].chunk_launches[0].empty());  // the first backward: synchronous, whole
+  EXPECT_FALSE(over[0].chunk_launches[1].empty());
+  Recipe unused = three_buckets();
+  unused.ddp.find_unused_parameters = true;
+  expect_same_trajectory(threads2, unused, 2, false, chunks, &over);
+  for (const auto& launches : over[0].chunk_launches) EXPECT_TRUE(launches.empty());
+}
+
+// The exact order, by hand: eight one-parameter buckets of 3, 24, 8, 96,
+// 12, 144, 12 and 72 f64 elements (bytes: 24, 192, 64, 768, 96, 1152, 96,
+// 576), chunks of 32 elements, half the released bytes issued during
+// backward, the last three buckets held back. During backward:
+//   bucket 0 released:   24 bytes, budget  12: nothing
+//   bucket 1 released:  216 bytes, budget 108: b0 (issued 24)
+//   bucket 2 released:  280 bytes, budget 140: nothing (b1 would make 216)
+//   bucket 3 released: 1048 bytes, budget 524: b1, b2 (issued 280)
+//   bucket 4 released: 1144 bytes, budget 572: b3's first chunk (536)
+// At the end, from the last bucket down: b7 (32, 32, 8), b6, b5 (32 x 4,
+// 16), then the backlog: b4, and b3's other two chunks.
+TEST(OverlapChunks, FirstLayersChunksOvertakeTheBacklog) {
+  auto group = std::make_shared<ddp::test::WorldOfOne>();
+  auto model = make_mlp();
+  DistributedDataParallel<nn::Sequential> ddp(model, group,
+                                              {.bucket_cap_mb = 1e-6, .broadcast_buffers = false,
+                                               .rebuild_buckets = false});
+  optim::SGD opt(model->parameters(), 0.1);
+  ddp.overlap_step(opt, 3, {.chunk_mb = 256 / kMiB, .issue_ratio = 0.5});
+  sum(ddp(batch(0, 0))).backward();
+  const std::vector<int64_t> sizes = {3, 24, 8, 32, 32, 32, 8, 12, 32, 32, 32, 32, 16, 12, 32, 32};
+  EXPECT_EQ(group->allreduce_sizes, sizes);
+  const auto& launches = ddp.reducer().last_chunk_launches();
+  ASSERT_EQ(launches.size(), sizes.size());
+  EXPECT_EQ(expect_chunk_order(launches, 5), 3u);
+  EXPECT_FALSE(launches[3].at_end);
+  EXPECT_EQ(launches[4], (ChunkLaunch{.bucket = 7, .chunk = 0, .offset = 0, .numel = 32,
+                                      .at_end = true}));
+  EXPECT_EQ(launches[15], (ChunkLaunch{.bucket = 3, .chunk = 2, .offset = 64, .numel = 32,
+                                       .at_end = true}));
+  opt.step();
+  opt.zero_grad();
+  ddp.synchronize_step();
+
+  // chunk_mb 0: whole buckets, as without the option.
+  auto whole_group = std::make_shared<ddp::test::WorldOfOne>();
+  auto whole_model = make_mlp();
+  DistributedDataParallel<nn::Sequential> whole(
+      whole_model, whole_group,
+      {.bucket_cap_mb = 1e-6, .broadcast_buffers = false, .rebuild_buckets = false});
+  optim::SGD whole_opt(whole_model->parameters(), 0.1);
+  whole.overlap_step(whole_opt, 3, {.chunk_mb = 0, .issue_ratio = 0.5});
+  sum(whole(batch(0, 0))).backward();
+  EXPECT_EQ(whole_group->allreduce_sizes, (std::vector<int64_t>{3, 24, 8, 96, 12, 72, 12, 144}));
+  EXPECT_TRUE(whole.reducer().last_chunk_launches().empty());
+  whole.synchronize_step();
+}
+
+TEST(OverlapChunks, AFailedChunkIsRaisedByTheNextForwardWithEveryGradCleared) {
+  auto group = std::make_shared<FailingGroup>(/*fail_at=*/3);  // bucket 3's first chunk
+  auto model = make_mlp();
+  DistributedDataParallel<nn::Sequential> ddp(model, group,
+                                              {.bucket_cap_mb = 1e-6, .broadcast_buffers = false,
+                                               .rebuild_buckets = false});
+  optim::SGD opt(model->parameters(), 0.1);
+  ddp.overlap_step(opt, 3, {.chunk_mb = 256 / kMiB, .issue_ratio = 0.5});
+  sum(ddp(batch(0, 0))).backward();
+  EXPECT_TRUE(ddp.reducer().overlap_pending());
+  opt.step();
+  EXPECT_THROW(ddp(batch(0, 1)), DistNetworkError);
+  for (const Tensor& p : model->parameters()) EXPECT_FALSE(p.grad().defined());
+  sum(ddp(batch(0, 2))).backward();  // the job goes on
+  opt.step();
+  ddp.synchronize_step();
+}
+
+TEST(OverlapChunks, BadChunkSizeOrRatioRaiseValueErrorAndChangeNothing) {
+  auto model = make_mlp();
+  DistributedDataParallel<nn::Sequential> ddp(model, ddp::test::solo());
+  optim::SGD opt(model->parameters(), 0.1);
+  auto expect_error = [&](OverlapChunks chunks, const std::string& words) {
+    try {
+      ddp.overlap_step(opt, 2, chunks);
+      ADD_FAILURE() << "accepted chunk_mb " << chunks.chunk_mb << ", ratio " << chunks.issue_ratio;
+    } catch (const ValueError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(ddp.overlaps_step());
+    EXPECT_FALSE(opt.has_deferral());
+  };
+  expect_error({.chunk_mb = -1}, "chunk_mb must be >= 0");
+  expect_error({.chunk_mb = NAN}, "chunk_mb must be >= 0");
+  expect_error({.chunk_mb = 1, .issue_ratio = 0}, "issue_ratio must be in (0, 1]");
+  expect_error({.chunk_mb = 1, .issue_ratio = -0.5}, "issue_ratio must be in (0, 1]");
+  expect_error({.chunk_mb = 1, .issue_ratio = 1.5}, "issue_ratio must be in (0, 1]");
+  expect_error({.chunk_mb = 1, .issue_ratio = NAN}, "issue_ratio must be in (0, 1]");
+  ddp.overlap_step(opt, 2, {.chunk_mb = 1, .issue_ratio = 1});
+  EXPECT_TRUE(ddp.overlaps_step());
 }
 
 }  // namespace

@@ -140,8 +140,13 @@ class DistributedDataParallelBase : public Joinable {
   // forward, on every rank alike. ValueError: called twice, a comm hook
   // (PowerSGD, ZeRO-1) registered, fault_tolerant or auto_bucket_size on,
   // a parameter of the optimizer outside the module, priority_buckets < 1,
-  // or the optimizer's steps already deferred by another DDP.
-  void overlap_step(optim::Optimizer& optimizer, int priority_buckets = 1);
+  // a chunk_mb below 0 or an issue_ratio outside (0, 1], or the optimizer's
+  // steps already deferred by another DDP. chunks (Note [Overlap chunks] in
+  // reducer.h): each bucket sent as allreduces of at most chunk_mb, so that
+  // the first layers' chunks overtake those not yet issued:
+  //   ddp.overlap_step(opt, 3, {.chunk_mb = 4, .issue_ratio = 0.9});
+  void overlap_step(optim::Optimizer& optimizer, int priority_buckets = 1,
+                    OverlapChunks chunks = {});
   bool overlaps_step() const { return overlap_ != nullptr; }
   // Completes what the overlapped step left: waits for the last backward's
   // buckets (its .grad are then final) and applies a recorded step and

@@ -85,7 +85,37 @@
 // bucket order). A bucket that failed raises its error from finish_bucket,
 // after every .grad was cleared (Note [Bucket errors]); buckets stepped
 // before it stay stepped, so a failure can leave a step half-applied
-// (overlap is not offered with fault_tolerant).
+// (overlap is not offered with fault_tolerant). Buckets can also go out in
+// chunks that the first layers' chunks overtake: Note [Overlap chunks].
+//
+// Note [Overlap chunks]
+// With a chunk size (OverlapChunks::chunk_mb > 0), an overlapped backward
+// sends each bucket as several allreduces of at most chunk_mb each (flat
+// slices of its buffer, in order), so that the buckets the next forward
+// needs first are not queued behind whole buckets: a chunk not yet issued
+// can be overtaken. Collectives match by order, and a backend runs them in
+// the order they were issued, so the rule that issues chunks looks only at
+// events whose sequence is the same on every rank, never at timing or
+// completion: (1) a bucket released in bucket order (Note [Launch order];
+// the held-back tail of Note [Overlapped step] is not released during
+// backward) appends its chunks to a queue; after each release, chunks leave
+// the queue's head while the bytes issued stay within issue_ratio times the
+// bytes released so far (1: every chunk at once, as the plain order); the
+// rule is applied per released bucket, so it does not matter how many
+// buckets one rank happens to release in one call. (2) At the end of
+// backward every chunk not yet issued goes out in the order the next
+// forward needs it: bucket by bucket from the last bucket to the first
+// (the first layers first, so the held-back tail leads and the backlog
+// follows, its later buckets first), each bucket's chunks in order. The
+// next forward's finish_bucket(b) waits for all of b's chunks. Chunks
+// change only the order and the size of the collectives: every element is
+// averaged by one allreduce of the same ranks' same values, so on a
+// backend whose sum per element does not depend on where the element lies
+// in the message (two ranks, or a rank-ordered sum) the result is bit for
+// bit that of whole buckets; a ring allreduce at three or more ranks may
+// add the ranks' values in another order (a difference in the last bits).
+// A backward that takes the synchronous path (Note [Overlapped step]) sends
+// whole buckets. last_chunk_launches() lists the chunks in issue order.
 //
 // Note [Gradient as bucket view]
 // With gradient_as_bucket_view (the default) each .grad is a view into its
@@ -126,6 +156,22 @@ struct BucketTiming {
   Clock::time_point ready;     // its last gradient was ready
   Clock::time_point launched;  // its hook was called
   Clock::time_point done;      // its communication completed
+};
+
+// Note [Overlap chunks]: how an overlapped backward splits its buckets.
+struct OverlapChunks {
+  double chunk_mb = 0.0;     // >= 0; 0: whole buckets
+  double issue_ratio = 1.0;  // in (0, 1]: bytes issued during backward per byte released
+};
+
+// One chunk as it was issued (Note [Overlap chunks]).
+struct ChunkLaunch {
+  int bucket = 0;       // the bucket's index (launch position)
+  int chunk = 0;        // its position in the bucket
+  int64_t offset = 0;   // elements of the bucket's buffer
+  int64_t numel = 0;
+  bool at_end = false;  // issued at the end of backward, in the next forward's order
+  bool operator==(const ChunkLaunch&) const = default;
 };
 
 struct ReducerOptions {
@@ -188,8 +234,12 @@ class Reducer {
   void set_launch_at_end(bool on) { launch_at_end_ = on; }
 
   // ---- Note [Overlapped step] ------------------------------------------------
-  // Between iterations. priority_buckets >= 1 (1: the plain launch order).
-  void set_overlap(bool on, int priority_buckets = 1);
+  // Between iterations. priority_buckets >= 1 (1: the plain launch order);
+  // chunks: Note [Overlap chunks] (ValueError for a chunk_mb below 0 or an
+  // issue_ratio outside (0, 1]).
+  void set_overlap(bool on, int priority_buckets = 1, OverlapChunks chunks = {});
+  static void check_overlap_chunks(const OverlapChunks& chunks, const char* who);
+  const OverlapChunks& overlap_chunks() const { return chunks_; }
   bool overlap() const { return overlap_; }
   // Whether a synchronised backward left buckets to finish.
   bool overlap_pending() const { return overlap_pending_; }
@@ -208,6 +258,9 @@ class Reducer {
   // Parameter indices of each bucket, in launch order.
   std::vector<std::vector<size_t>> bucket_assignment() const;
   const std::vector<BucketTiming>& last_timeline() const { return timeline_; }
+  // Note [Overlap chunks]: the chunks of the last synchronised backward, in
+  // the order they were issued; empty when its buckets went out whole.
+  const std::vector<ChunkLaunch>& last_chunk_launches() const { return chunk_launches_; }
   bool buckets_rebuilt() const { return rebuilt_; }
   // Per parameter (index into params), the time since the start of the last
   // synchronised backward (its first hook) at which its gradient became ready;
@@ -251,6 +304,11 @@ class Reducer {
   void complete_overlap();
   void abandon_overlap(int failed_bucket);
   void copy_back_param(size_t i, bool globally_used);
+  void plan_chunks(size_t b);  // Note [Overlap chunks]
+  void release_chunks(size_t b);
+  void issue_chunks_within_budget();
+  void issue_chunk(size_t b, bool at_end);
+  void issue_remaining_chunks();
 
   Tensors params_;
   std::vector<std::string> names_;
@@ -303,6 +361,13 @@ class Reducer {
   size_t finished_buckets_ = 0;
   std::vector<char> overlap_used_;  // by parameter: globally used in that backward
   size_t launched_this_backward_ = 0;
+  // ---- Note [Overlap chunks] ----
+  OverlapChunks chunks_;
+  bool chunked_ = false;             // this backward sends chunks
+  std::vector<size_t> chunk_queue_;  // buckets whose chunks wait, in release order
+  size_t chunk_queue_head_ = 0;
+  uint64_t released_bytes_ = 0, issued_bytes_ = 0;
+  std::vector<ChunkLaunch> chunk_launches_;
 };
 
 }  // namespace ddp::parallel
