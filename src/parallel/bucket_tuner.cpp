@@ -124,31 +124,193 @@ AlphaBeta measure_alpha_beta(dist::ProcessGroup& group, const Device& device, DT
   return fit_alpha_beta(xs, ys);
 }
 
+namespace {
+
+// Each bucket's ready time (its last gradient's) and bytes, after checking
+// that `buckets` partition the parameters.
+struct BucketStat {
+  double ready_s = 0;
+  double bytes = 0;
+};
+std::vector<BucketStat> bucket_stats(const char* who, const std::vector<GradInfo>& grads,
+                                     const std::vector<std::vector<size_t>>& buckets) {
+  std::vector<char> seen(grads.size(), 0);
+  size_t count = 0;
+  std::vector<BucketStat> stats;
+  for (size_t k = 0; k < buckets.size(); ++k) {
+    DDP_CHECK_T(ValueError, !buckets[k].empty(), "{}: bucket {} is empty", who, k);
+    BucketStat st;
+    for (size_t i : buckets[k]) {
+      DDP_CHECK_T(ValueError, i < grads.size() && !seen[i],
+                  "{}: parameter {} is out of range or in two buckets", who, i);
+      seen[i] = 1;
+      ++count;
+      st.ready_s = std::max(st.ready_s, grads[i].ready_s);
+      st.bytes += double(grads[i].bytes);
+    }
+    stats.push_back(st);
+  }
+  DDP_CHECK_T(ValueError, count == grads.size(), "{}: the buckets hold {} of {} parameters", who,
+              count, grads.size());
+  return stats;
+}
+
+}  // namespace
+
 double simulate_exposed_s(const std::vector<GradInfo>& grads,
                           const std::vector<std::vector<size_t>>& buckets, const AlphaBeta& link) {
   check_grads("simulate_exposed_s", grads);
   check_link("simulate_exposed_s", link);
-  std::vector<char> seen(grads.size(), 0);
-  size_t count = 0;
   double end = -std::numeric_limits<double>::infinity(), last_ready = 0;
-  for (size_t k = 0; k < buckets.size(); ++k) {
-    DDP_CHECK_T(ValueError, !buckets[k].empty(), "simulate_exposed_s: bucket {} is empty", k);
-    double ready = 0;
-    size_t bytes = 0;
-    for (size_t i : buckets[k]) {
-      DDP_CHECK_T(ValueError, i < grads.size() && !seen[i],
-                  "simulate_exposed_s: parameter {} is out of range or in two buckets", i);
-      seen[i] = 1;
-      ++count;
-      ready = std::max(ready, grads[i].ready_s);
-      bytes += grads[i].bytes;
-    }
-    end = std::max(end, ready) + link.time_s(double(bytes));
-    last_ready = std::max(last_ready, ready);
+  for (const BucketStat& b : bucket_stats("simulate_exposed_s", grads, buckets)) {
+    end = std::max(end, b.ready_s) + link.time_s(b.bytes);
+    last_ready = std::max(last_ready, b.ready_s);
   }
-  DDP_CHECK_T(ValueError, count == grads.size(),
-              "simulate_exposed_s: the buckets hold {} of {} parameters", count, grads.size());
   return std::max(0.0, end - last_ready);
+}
+
+std::vector<std::vector<size_t>> buckets_by_cap(const std::vector<GradInfo>& grads,
+                                                size_t cap_bytes) {
+  check_grads("buckets_by_cap", grads);
+  DDP_CHECK_T(ValueError, cap_bytes > 0, "buckets_by_cap: the cap must be > 0 bytes");
+  std::vector<std::vector<size_t>> buckets;
+  size_t bytes = 0;
+  for (size_t i : ready_order(grads)) {
+    if (buckets.empty() || (bytes + grads[i].bytes > cap_bytes && !buckets.back().empty())) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    buckets.back().push_back(i);
+    bytes += grads[i].bytes;
+  }
+  return buckets;
+}
+
+// Note [Overlapped step model]: the reducer's release-and-issue rule
+// (Note [Overlap chunks]) replayed on the alpha-beta link.
+double simulate_overlap_exposed_s(const std::vector<GradInfo>& grads,
+                                  const std::vector<std::vector<size_t>>& buckets,
+                                  const AlphaBeta& link, const OverlapSchedule& schedule) {
+  const char* who = "simulate_overlap_exposed_s";
+  check_grads(who, grads);
+  check_link(who, link);
+  DDP_CHECK_T(ValueError, schedule.priority_buckets >= 1,
+              "{}: priority_buckets must be >= 1, got {}", who, schedule.priority_buckets);
+  DDP_CHECK_T(ValueError, finite_non_negative(schedule.forward_ratio),
+              "{}: forward_ratio must be finite and >= 0, got {}", who, schedule.forward_ratio);
+  Reducer::check_overlap_chunks(schedule.chunks, who);
+  const std::vector<BucketStat> stats = bucket_stats(who, grads, buckets);
+  const size_t n = stats.size();
+  const size_t held = std::min(n, size_t(schedule.priority_buckets));
+  double end_of_backward = 0;
+  for (const BucketStat& b : stats) end_of_backward = std::max(end_of_backward, b.ready_s);
+
+  // Each bucket's chunks, in bytes (whole buckets: one chunk each).
+  const double chunk_bytes = schedule.chunks.chunk_mb * 1024.0 * 1024.0;
+  std::vector<std::vector<double>> chunks(n);
+  for (size_t k = 0; k < n; ++k) {
+    double left = stats[k].bytes;
+    if (chunk_bytes <= 0 || chunk_bytes >= left) {
+      chunks[k] = {left};
+      continue;
+    }
+    for (; left > 0; left -= chunk_bytes) chunks[k].push_back(std::min(chunk_bytes, left));
+  }
+  // The link, one collective at a time in issue order.
+  double link_free = -std::numeric_limits<double>::infinity();
+  std::vector<double> finished(n, -std::numeric_limits<double>::infinity());
+  std::vector<size_t> issued(n, 0);
+  auto issue = [&](size_t k, double at) {
+    link_free = std::max(link_free, at) + link.time_s(chunks[k][issued[k]]);
+    finished[k] = link_free;
+    ++issued[k];
+  };
+  // During backward: releases in bucket order, each followed by the budget.
+  double released = 0, issued_bytes = 0, release_time = 0;
+  size_t head = 0;
+  for (size_t k = 0; k + held < n; ++k) {
+    release_time = std::max(release_time, stats[k].ready_s);
+    released += stats[k].bytes;
+    for (; head <= k; ++head) {
+      while (issued[head] < chunks[head].size() &&
+             issued_bytes + chunks[head][issued[head]] <= schedule.chunks.issue_ratio * released) {
+        issued_bytes += chunks[head][issued[head]];
+        issue(head, release_time);
+      }
+      if (issued[head] < chunks[head].size()) break;
+    }
+  }
+  // The end of backward: every chunk left, the last bucket first.
+  for (size_t k = n; k-- > 0;)
+    while (issued[k] < chunks[k].size()) issue(k, end_of_backward);
+  // The next forward: buckets in the order it needs them, each wait
+  // delaying the rest.
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t(0));
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return stats[a].ready_s > stats[b].ready_s || (stats[a].ready_s == stats[b].ready_s && a > b);
+  });
+  double waited = 0;
+  for (size_t k : order) {
+    const double needed =
+        end_of_backward + schedule.forward_ratio * (end_of_backward - stats[k].ready_s) + waited;
+    waited += std::max(0.0, finished[k] - needed);
+  }
+  return waited;
+}
+
+OverlapPlan plan_overlap(const std::vector<GradInfo>& grads, const AlphaBeta& link,
+                         double forward_ratio) {
+  check_grads("plan_overlap", grads);
+  check_link("plan_overlap", link);
+  DDP_CHECK_T(ValueError, finite_non_negative(forward_ratio),
+              "plan_overlap: forward_ratio must be finite and >= 0, got {}", forward_ratio);
+  constexpr double kMiB = 1024.0 * 1024.0;
+  OverlapPlan best;
+  bool have = false;
+  std::vector<std::vector<size_t>> previous;
+  for (double cap_mb : {1.0, 2.0, 5.0, 10.0, 25.0}) {
+    std::vector<std::vector<size_t>> buckets = buckets_by_cap(grads, size_t(cap_mb * kMiB));
+    if (buckets == previous) continue;  // a larger cap that changes nothing
+    previous = buckets;
+    double largest = 0;
+    for (const auto& b : buckets) {
+      double bytes = 0;
+      for (size_t i : b) bytes += double(grads[i].bytes);
+      largest = std::max(largest, bytes);
+    }
+    for (int priority = 1; priority <= 4; ++priority) {
+      if (size_t(priority) > buckets.size()) break;
+      for (double chunk_mb : {0.0, 1.0, 2.0, 4.0}) {
+        if (chunk_mb * kMiB >= largest) break;  // every bucket whole anyway
+        for (double ratio : {1.0, 0.9}) {
+          if (chunk_mb == 0 && ratio != 1.0) continue;  // whole buckets issue when released
+          OverlapSchedule s;
+          s.priority_buckets = priority;
+          s.chunks = {chunk_mb, ratio};
+          s.forward_ratio = forward_ratio;
+          const double exposed = simulate_overlap_exposed_s(grads, buckets, link, s);
+          size_t collectives = 0;
+          for (const auto& b : buckets) {
+            double bytes = 0;
+            for (size_t i : b) bytes += double(grads[i].bytes);
+            collectives +=
+                chunk_mb > 0 ? std::max<size_t>(1, size_t(std::ceil(bytes / (chunk_mb * kMiB)))) : 1;
+          }
+          const bool better =
+              !have || exposed < best.predicted_exposed_s - 1e-6 ||
+              (exposed <= best.predicted_exposed_s + 1e-6 &&
+               (collectives < best.collectives ||
+                (collectives == best.collectives && cap_mb > best.bucket_cap_mb)));
+          if (better) {
+            best = {cap_mb, buckets, s, exposed, collectives};
+            have = true;
+          }
+        }
+      }
+    }
+  }
+  return best;
 }
 
 BucketPlan plan_buckets(const std::vector<GradInfo>& grads, const AlphaBeta& link) {

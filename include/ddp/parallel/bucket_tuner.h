@@ -27,6 +27,32 @@
 // plain least squares the millisecond noise of the large collectives
 // decides the intercept, and an alpha of 0 makes the planner choose many
 // tiny buckets that each pay the real latency.
+//
+// Note [Overlapped step model]
+// With DistributedDataParallel::overlap_step the exposed communication is
+// what the next forward waits for, and the schedule has more knobs: the
+// bucket cap, how many first-layer buckets are held back (priority), the
+// chunk size and the issue ratio (Note [Overlap chunks] in reducer.h). The
+// model replays the reducer's rule exactly on the alpha-beta link: buckets
+// are released in bucket order (bucket k when it and every earlier one are
+// ready), the held-back tail excepted; each release queues the bucket's
+// chunks and issues the queue's head while the bytes issued stay within
+// issue_ratio times the bytes released; at the end of backward (the last
+// ready time) every chunk left goes out, the last bucket first; the link
+// runs one collective at a time in issue order, each taking alpha + beta *
+// bytes, so a chunk pays alpha again (the CPU and latency a collective
+// costs). The next forward needs bucket k when it reaches the layers whose
+// gradients made it ready: forward_ratio * (end of backward - bucket k's
+// ready time) after the forward starts, the forward running the backward's
+// layers in reverse at forward_ratio of their speed (0.5: a layer's forward
+// is about half its backward's FLOPs). Buckets are waited for in the order
+// they are needed, and each wait delays everything after it; the exposed
+// time is the sum of the waits. The optimizer step the forward applies per
+// bucket is not modelled (it is the same work in every schedule). With one
+// priority bucket and whole buckets the link runs exactly as in the
+// synchronous model, and since no bucket is needed before the end of
+// backward the prediction never exceeds the synchronous one; holding more
+// back or chunking may do better or worse, which is what the planner weighs.
 
 #include <chrono>
 #include <cstddef>
@@ -35,6 +61,7 @@
 #include <vector>
 
 #include "ddp/dist/process_group.h"
+#include "ddp/parallel/reducer.h"
 
 namespace ddp::parallel {
 
@@ -82,6 +109,43 @@ struct BucketPlan {
 // reversed (later-registered first, as backward produces them). ValueError
 // for no parameters, a negative or non-finite time, or a non-finite link.
 BucketPlan plan_buckets(const std::vector<GradInfo>& grads, const AlphaBeta& link);
+
+// The parameters, in ready order, in contiguous buckets of at most
+// cap_bytes each (a gradient larger than the cap is a bucket alone).
+// ValueError for no parameters, a bad ready time or cap_bytes == 0.
+std::vector<std::vector<size_t>> buckets_by_cap(const std::vector<GradInfo>& grads,
+                                                size_t cap_bytes);
+
+// One overlapped-step schedule (Note [Overlapped step model]).
+struct OverlapSchedule {
+  int priority_buckets = 1;  // >= 1
+  OverlapChunks chunks;      // chunk_mb >= 0 (0: whole buckets), issue_ratio in (0, 1]
+  double forward_ratio = 0.5;  // >= 0: the forward's speed relative to the backward's
+};
+
+// The time the next forward waits for communication under `schedule`, for
+// `buckets` (parameter indices, launch order). ValueError as
+// simulate_exposed_s, and for a schedule out of range.
+double simulate_overlap_exposed_s(const std::vector<GradInfo>& grads,
+                                  const std::vector<std::vector<size_t>>& buckets,
+                                  const AlphaBeta& link, const OverlapSchedule& schedule);
+
+struct OverlapPlan {
+  double bucket_cap_mb = 0;
+  std::vector<std::vector<size_t>> buckets;  // parameter indices, launch order
+  OverlapSchedule schedule;
+  double predicted_exposed_s = 0;
+  size_t collectives = 0;  // per step, chunks counted
+};
+
+// The candidate schedule the model predicts the least waiting for: bucket
+// caps of 1, 2, 5, 10 and 25 MiB (buckets_by_cap), 1 to 4 priority
+// buckets, whole buckets or chunks of 1, 2 and 4 MiB (smaller than the
+// largest bucket), issue ratios 1 and 0.9. Ties (within 1 us) go to fewer collectives,
+// then to the larger cap. ValueError as plan_buckets, and for a negative
+// forward_ratio.
+OverlapPlan plan_overlap(const std::vector<GradInfo>& grads, const AlphaBeta& link,
+                         double forward_ratio = 0.5);
 
 // Runs inside DistributedDataParallel when auto_bucket_size is on: watches
 // the synchronised backward passes, and after `iterations` of them (the
