@@ -365,11 +365,6 @@ Batch DataLoader::to_device(Batch host) {
   return out;
 }
 
-DataLoader::Iterator& DataLoader::Iterator::operator++() {
-  batch_ = loader_->next();
-  return *this;
-}
-
 DataLoader::Iterator DataLoader::begin() {
   start();
   return Iterator(this);

@@ -313,11 +313,6 @@ std::optional<Batch> DeviceDecodeLoader::next() {
   return out;
 }
 
-DeviceDecodeLoader::Iterator& DeviceDecodeLoader::Iterator::operator++() {
-  batch_ = loader_->next();
-  return *this;
-}
-
 DeviceDecodeLoader::Iterator DeviceDecodeLoader::begin() {
   start();
   return Iterator(this);

@@ -92,6 +92,30 @@ struct Batch {
   int64_t size() const { return int64_t(indices.size()); }
 };
 
+// Range-for over one pass of a loader (DataLoader, DeviceDecodeLoader):
+// made by the loader's begin(), which starts the pass; each ++ takes
+// loader.next(), and the iterator without a batch is the end.
+template <class Loader>
+class BatchIterator {
+ public:
+  using value_type = Batch;
+  using difference_type = std::ptrdiff_t;
+  BatchIterator() = default;
+  explicit BatchIterator(Loader* loader) : loader_(loader) { ++*this; }
+  const Batch& operator*() const { return *batch_; }
+  const Batch* operator->() const { return &*batch_; }
+  BatchIterator& operator++() {
+    batch_ = loader_->next();
+    return *this;
+  }
+  void operator++(int) { ++*this; }
+  bool operator==(const BatchIterator& o) const { return !batch_ && !o.batch_; }
+
+ private:
+  Loader* loader_ = nullptr;
+  std::optional<Batch> batch_;
+};
+
 class DataLoader {
  public:
   // ValueError for batch_size < 1, num_workers < 0, prefetch_factor < 1, a
@@ -125,23 +149,7 @@ class DataLoader {
   std::optional<Batch> next();
 
   // Range-for: begin() calls start().
-  class Iterator {
-   public:
-    using value_type = Batch;
-    using difference_type = std::ptrdiff_t;
-    Iterator() = default;
-    const Batch& operator*() const { return *batch_; }
-    const Batch* operator->() const { return &*batch_; }
-    Iterator& operator++();
-    void operator++(int) { ++*this; }
-    bool operator==(const Iterator& o) const { return !batch_ && !o.batch_; }
-
-   private:
-    friend class DataLoader;
-    explicit Iterator(DataLoader* l) : loader_(l) { ++*this; }
-    DataLoader* loader_ = nullptr;
-    std::optional<Batch> batch_;
-  };
+  using Iterator = BatchIterator<DataLoader>;
   Iterator begin();
   Iterator end() { return Iterator(); }
 

@@ -76,23 +76,7 @@ class DeviceDecodeLoader {
   // layout, target i64), ready for the caller's current stream.
   std::optional<Batch> next();
 
-  class Iterator {
-   public:
-    using value_type = Batch;
-    using difference_type = std::ptrdiff_t;
-    Iterator() = default;
-    const Batch& operator*() const { return *batch_; }
-    const Batch* operator->() const { return &*batch_; }
-    Iterator& operator++();
-    void operator++(int) { ++*this; }
-    bool operator==(const Iterator& o) const { return !batch_ && !o.batch_; }
-
-   private:
-    friend class DeviceDecodeLoader;
-    explicit Iterator(DeviceDecodeLoader* l) : loader_(l) { ++*this; }
-    DeviceDecodeLoader* loader_ = nullptr;
-    std::optional<Batch> batch_;
-  };
+  using Iterator = BatchIterator<DeviceDecodeLoader>;  // range-for; begin() calls start()
   Iterator begin();
   Iterator end() { return Iterator(); }
 
