@@ -15,6 +15,15 @@
 // chosen one reports NOT_SUPPORTED, a kernel here returns false and the
 // caller takes the composed path (matmul, add, gelu).
 //
+// Note [cuBLASLt GELU in f64]
+// The first GPU run found linear_gelu_linear in f64 2e-10 (relative) off
+// the CPU's f64 result, far above f64 rounding; the likely cause is that
+// the GELU epilogues do not evaluate gelu and gelu' to f64 accuracy (the
+// plain f64 GEMMs pass). f64 is libddp's reference
+// precision, so f64 takes the composed path (an f64 GEMM, then the tensor
+// ops' f64 gelu) for GELU_AUX(_BIAS) and DGELU(_BGRAD); the plain BIAS and
+// BGRADB epilogues stay (no transcendental in them).
+//
 // The epilogues (Note [linear_gelu] in linear.cpp for the op):
 // - BIAS: y = x·wᵀ + b (linear's forward).
 // - GELU_AUX_BIAS (GELU_AUX without a bias): y = gelu_tanh(x·wᵀ + b), and
@@ -314,6 +323,7 @@ bool forward_gemm(const Tensor& x, const Tensor& w, const Tensor& bias, const Te
   if (in == 0) return false;               // y = b: the composed path fills it
   const bool gelu = pre.defined();
   if (gelu && out % 8 != 0) return false;  // the aux ld must be a multiple of 8
+  if (gelu && x.dtype() == DType::f64) return false;  // Note [cuBLASLt GELU in f64]
   Gemm g;
   g.trans_a = CUBLAS_OP_T;
   g.m = uint64_t(out);
@@ -375,6 +385,7 @@ bool cublaslt_linear_dgelu_bgrad(const Tensor& dz, const Tensor& w2, const Tenso
   const int64_t rows = dz.size(0), out = dz.size(1), hid = w2.size(1);
   if (rows == 0 || out == 0 || hid == 0) return false;  // the composed path fills zeros
   if (hid % 8 != 0) return false;                       // the aux ld must be a multiple of 8
+  if (dz.dtype() == DType::f64) return false;           // Note [cuBLASLt GELU in f64]
   Gemm g;
   g.m = uint64_t(hid);
   g.n = uint64_t(rows);
