@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_map>
 
 #include "ddp/autograd/grad_mode.h"
 #include "ddp/core/error.h"
+#include "ddp/core/logging.h"
+#include "ddp/dist/flight_recorder.h"
 #include "ddp/optim/multi_tensor.h"
 #include "ddp/tensor/dense_layout.h"
 #include "parallel/zero_shared.h"
@@ -59,8 +62,8 @@ void ZeroShared::lay_out() {
   buckets.clear();
   segments.clear();
   segment_params.clear();
-  gather_pending = false;
-  clear_grads_due = false;
+  gather_order.clear();
+  bucket_of.assign(params.size(), 0);
   const auto assignment = ddp->reducer().bucket_assignment();
   NoGradGuard no_grad;
   for (size_t b = 0; b < assignment.size(); ++b) {
@@ -77,6 +80,7 @@ void ZeroShared::lay_out() {
                   params[i].describe(), fmt::join(params[i].strides(), ", "));
       s.params.push_back(i);
       s.offsets.push_back(offset);
+      bucket_of[i] = b;
       offset += params[i].numel();
     }
     s.numel = offset;
@@ -123,6 +127,13 @@ BucketWork ZeroShared::reduce_scatter_hook(dist::ProcessGroup& g, GradBucket& bu
               "ZeroRedundancyOptimizer: bucket {} holds {} elements, but the shards were laid out "
               "for {}; were the buckets rebuilt?",
               bucket.index, bucket.buffer.numel(), s.numel);
+  // Note [ZeRO-1 overlapped with the forward]: the DDP forward finished
+  // every all-gather; only a backward whose forward bypassed DDP gets here.
+  DDP_CHECK_T(ValueError, !s.gather_pending,
+              "ZeroRedundancyOptimizer: bucket {} is reduce-scattered while the last step's "
+              "all-gather into it is still pending; run the forward through the "
+              "DistributedDataParallel (or call synchronize_parameters() first)",
+              bucket.index);
   s.buffer = bucket.buffer;
   Tensor comm = s.buffer;
   if (s.scratch.defined()) {
@@ -152,64 +163,111 @@ BucketWork ZeroShared::reduce_scatter_hook(dist::ProcessGroup& g, GradBucket& bu
                         segment_params[k].set_grad(
                             done.grad_chunk.narrow(0, seg.chunk_offset, seg.length));
                       }
-                      clear_grads_due = true;
+                      buckets[b].zero_due = true;
                     }};
 }
 
 // Note [ZeRO-1 copies]: this rank's updated chunk is packed into its own
 // slot of the gather target, which the all-gather then fills in place.
-void ZeroShared::launch_all_gather() {
+void ZeroShared::launch_gather(size_t b) {
   NoGradGuard no_grad;
-  for (BucketShard& s : buckets)
-    DDP_CHECK_T(ValueError, s.buffer.defined() || s.scratch.defined(),
-                "ZeroRedundancyOptimizer.step: no backward has run through DDP yet");
-  // One rank: the step updated the parameters themselves; nothing to gather.
-  if (world == 1) return;
+  BucketShard& s = buckets[b];
   for (size_t k = 0; k < segments.size(); ++k) {
     const ZeroSegment& seg = segments[k];
-    const BucketShard& s = buckets[seg.bucket];
+    if (seg.bucket != b) continue;
     s.gather_target()
         .narrow(0, rank * s.chunk + seg.chunk_offset, seg.length)
         .copy_(segment_params[k]);
   }
-  for (BucketShard& s : buckets) {
-    const Tensor target = s.gather_target();
-    Tensors outputs;
-    for (int r = 0; r < world; ++r) outputs.push_back(target.narrow(0, r * s.chunk, s.chunk));
-    s.gather = group->allgather(outputs, outputs[size_t(rank)]);
+  const Tensor target = s.gather_target();
+  Tensors outputs;
+  for (int r = 0; r < world; ++r) outputs.push_back(target.narrow(0, r * s.chunk, s.chunk));
+  // Note [Desync report]: the flight recorder names the bucket.
+  dist::CollectiveTag tag(fmt::format("zero all-gather bucket {} of {}", b + 1, buckets.size()));
+  s.gather = group->allgather(outputs, outputs[size_t(rank)]);
+  s.gather_pending = true;
+  gather_order.push_back(b);
+}
+
+namespace {
+void check_backward_ran(const std::vector<ZeroShared::BucketShard>& buckets) {
+  for (const ZeroShared::BucketShard& s : buckets)
+    DDP_CHECK_T(ValueError, s.buffer.defined() || s.scratch.defined(),
+                "ZeroRedundancyOptimizer.step: no backward has run through DDP yet");
+}
+}  // namespace
+
+void ZeroShared::launch_all_gather() {
+  check_backward_ran(buckets);
+  // One rank: the step updated the parameters themselves; nothing to gather.
+  if (world == 1) return;
+  // A second step before any forward: the first one's gathers land first.
+  for (size_t b = 0; b < buckets.size(); ++b) complete_gather(b);
+  gather_order.clear();
+  for (size_t b = 0; b < buckets.size(); ++b) launch_gather(b);
+}
+
+// Note [ZeRO-1 overlapped with the forward]
+void ZeroShared::step_and_launch(optim::Optimizer& local) {
+  check_backward_ran(buckets);
+  if (world == 1) {
+    local.step();
+    return;
   }
-  gather_pending = true;
+  for (size_t b = 0; b < buckets.size(); ++b) complete_gather(b);
+  gather_order.clear();
+  const std::vector<optim::Optimizer::GroupHyper> hyper = local.group_hyperparameters();
+  for (size_t b = buckets.size(); b-- > 0;) {
+    std::vector<size_t> numbers;  // the local optimizer numbers the segments
+    for (size_t k = 0; k < segments.size(); ++k)
+      if (segments[k].bucket == b) numbers.push_back(k);
+    local.step_parameters(numbers, hyper);
+    launch_gather(b);  // every rank, even one that owns nothing of b
+  }
+}
+
+bool ZeroShared::any_gather_pending() const {
+  for (const BucketShard& s : buckets)
+    if (s.gather_pending) return true;
+  return false;
+}
+
+void ZeroShared::complete_gather(size_t b) {
+  BucketShard& s = buckets[b];
+  if (!s.gather_pending) return;
+  NoGradGuard no_grad;
+  s.gather_pending = false;
+  dist::WorkPtr work = std::move(s.gather);
+  work->wait(group->timeout());
+  const Tensor from = s.gather_target();
+  // This rank's own chunk is in the parameters already (the step wrote
+  // them through the segment views): copy the other ranks' pieces only.
+  const int64_t own_lo = rank * s.chunk, own_hi = own_lo + s.chunk;
+  for (size_t k = 0; k < s.params.size(); ++k) {
+    Tensor p = flat_view(params[s.params[k]], "ZeroRedundancyOptimizer");
+    const int64_t p_lo = s.offsets[k], p_hi = p_lo + p.numel();
+    auto copy_range = [&](int64_t a, int64_t e) {
+      if (a < e) p.narrow(0, a - p_lo, e - a).copy_(from.narrow(0, a, e - a));
+    };
+    copy_range(p_lo, std::min(p_hi, own_lo));
+    copy_range(std::max(p_lo, own_hi), p_hi);
+  }
+}
+
+void ZeroShared::finish_bucket(size_t b) {
+  complete_gather(b);
+  // The model's .grad are the bucket buffers: start the next accumulation
+  // from zero, as a zero_grad() of plain DDP would.
+  BucketShard& s = buckets[b];
+  if (s.zero_due) {
+    s.zero_due = false;
+    NoGradGuard no_grad;
+    if (s.buffer.defined()) s.buffer.zero_();
+  }
 }
 
 void ZeroShared::finish_all_gather() {
-  NoGradGuard no_grad;
-  if (gather_pending) {
-    gather_pending = false;
-    for (BucketShard& s : buckets) {
-      dist::WorkPtr work = std::move(s.gather);
-      work->wait(group->timeout());
-      const Tensor from = s.gather_target();
-      // This rank's own chunk is in the parameters already (the step wrote
-      // them through the segment views): copy the other ranks' pieces only.
-      const int64_t own_lo = rank * s.chunk, own_hi = own_lo + s.chunk;
-      for (size_t k = 0; k < s.params.size(); ++k) {
-        Tensor p = flat_view(params[s.params[k]], "ZeroRedundancyOptimizer");
-        const int64_t p_lo = s.offsets[k], p_hi = p_lo + p.numel();
-        auto copy_range = [&](int64_t a, int64_t e) {
-          if (a < e) p.narrow(0, a - p_lo, e - a).copy_(from.narrow(0, a, e - a));
-        };
-        copy_range(p_lo, std::min(p_hi, own_lo));
-        copy_range(std::max(p_lo, own_hi), p_hi);
-      }
-    }
-  }
-  // The model's .grad are the bucket buffers: start the next accumulation
-  // from zero, as a zero_grad() of plain DDP would.
-  if (clear_grads_due) {
-    clear_grads_due = false;
-    for (BucketShard& s : buckets)
-      if (s.buffer.defined()) s.buffer.zero_();
-  }
+  for (size_t b = 0; b < buckets.size(); ++b) finish_bucket(b);
 }
 
 // ---- the optimizer -------------------------------------------------------
@@ -221,15 +279,53 @@ Tensors ZeroRedundancyOptimizer::trainable_parameters(nn::Module& module) {
   return out;
 }
 
-ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallelBase& ddp, Tensors params,
-                                                 LocalOptimizerFactory make_local)
+ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(DistributedDataParallelBase& ddp,
+                                                 nn::Module& module, Tensors params,
+                                                 LocalOptimizerFactory make_local,
+                                                 ZeroOptions options)
     : ZeroRedundancyOptimizer(std::make_shared<ZeroShared>(ddp, std::move(params)),
                               std::move(make_local)) {
+  options_ = options;
+  const char* who = "ZeroRedundancyOptimizer";
+  if (options.overlap_with_forward) {
+    // Note [ZeRO-1 overlapped with the forward]
+    DDP_CHECK_T(ValueError, !ddp.options().fault_tolerant,
+                "{}: overlap_with_forward is not offered with fault_tolerant (a failed "
+                "all-gather would surface inside a layer of the next forward, some layers "
+                "updated and others not); use overlap_with_forward = false",
+                who);
+    DDP_CHECK_T(ValueError, !ddp.overlaps_step(),
+                "{}: the DistributedDataParallel overlaps its step (overlap_step), which takes "
+                "a plain optimizer; for ZeRO-1 use ZeroOptions::overlap_with_forward instead",
+                who);
+  }
   std::shared_ptr<ZeroShared> shared = shared_;
+  shared->overlap = options.overlap_with_forward;
   ddp.register_comm_hook([shared](dist::ProcessGroup& g, GradBucket& b) {
     return shared->reduce_scatter_hook(g, b);
   });
-  ddp.register_forward_pre_hook([shared]() { shared->finish_all_gather(); });
+  // Without the option the next forward waits for every all-gather first;
+  // with it each layer waits for its own (the pre-hooks below), and the end
+  // of the forward for those no layer asked for.
+  ddp.register_forward_pre_hook([shared]() {
+    if (!shared->overlap) shared->finish_all_gather();
+  });
+  if (!options.overlap_with_forward) return;
+  ddp.register_forward_post_hook([shared]() { shared->finish_all_gather(); });
+  std::unordered_map<const TensorImpl*, size_t> index;
+  for (size_t i = 0; i < shared->params.size(); ++i) index.emplace(shared->params[i].impl(), i);
+  for (const auto& [path, m] : module.named_modules()) {
+    std::vector<size_t> own;
+    for (const auto& [name, p] : m->named_parameters(/*recurse=*/false)) {
+      auto it = index.find(p.impl());
+      if (it != index.end()) own.push_back(it->second);
+    }
+    if (own.empty()) continue;
+    // The buckets are looked up at each call: load_peer_shards re-cuts them.
+    layer_hooks_.push_back(m->register_forward_pre_hook([shared, own](nn::Module&, Tensors&) {
+      for (size_t i : own) shared->finish_bucket(shared->bucket_of[i]);
+    }));
+  }
 }
 
 ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::shared_ptr<ZeroShared> shared,
@@ -254,12 +350,36 @@ ZeroRedundancyOptimizer::ZeroRedundancyOptimizer(std::shared_ptr<ZeroShared> sha
   param_groups()[0].weight_decay = local_->param_groups()[0].weight_decay;
 }
 
-ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() = default;
+// Note [ZeRO-1 overlapped with the forward]: the layers' hooks go with the
+// optimizer, and what they would have waited for lands now (the DDP's own
+// pre-hook, which stays, finishes nothing once nothing is pending).
+ZeroRedundancyOptimizer::~ZeroRedundancyOptimizer() {
+  if (layer_hooks_.empty()) return;
+  try {
+    shared_->finish_all_gather();
+  } catch (const std::exception& e) {
+    DDP_LOG_ERROR("ZeroRedundancyOptimizer: the last step's all-gather failed: {}", e.what());
+  }
+  for (nn::HookHandle& h : layer_hooks_) h.remove();
+}
 
 void ZeroRedundancyOptimizer::synchronize_parameters() { shared_->finish_all_gather(); }
 
 const std::vector<ZeroSegment>& ZeroRedundancyOptimizer::segments() const {
   return shared_->segments;
+}
+
+const ZeroOptions& ZeroRedundancyOptimizer::options() const { return options_; }
+
+std::vector<size_t> ZeroRedundancyOptimizer::pending_gathers() const {
+  std::vector<size_t> out;
+  for (size_t b = 0; b < shared_->buckets.size(); ++b)
+    if (shared_->buckets[b].gather_pending) out.push_back(b);
+  return out;
+}
+
+std::vector<size_t> ZeroRedundancyOptimizer::last_gather_order() const {
+  return shared_->gather_order;
 }
 
 size_t ZeroRedundancyOptimizer::state_bytes() const { return optimizer_state_bytes(*local_); }
@@ -271,6 +391,10 @@ void ZeroRedundancyOptimizer::update_group(const optim::ParamGroup& group, const
   // A scheduler changes this optimizer's group; the local one follows.
   local_->param_groups()[0].lr = group.lr;
   local_->param_groups()[0].weight_decay = group.weight_decay;
+  if (shared_->overlap) {
+    shared_->step_and_launch(*local_);  // Note [ZeRO-1 overlapped with the forward]
+    return;
+  }
   local_->step();
   shared_->launch_all_gather();
 }

@@ -5,6 +5,8 @@
 
 #include <vector>
 
+#include "ddp/optim/optimizer.h"
+
 #include "ddp/dist/process_group.h"
 #include "ddp/parallel/zero.h"
 
@@ -22,6 +24,8 @@ struct ZeroShared {
     Tensor grad_chunk;  // the averaged gradient of this rank's chunk (at one
                         // rank: the buffer itself)
     dist::WorkPtr gather;
+    bool gather_pending = false;  // gather issued, not yet waited for
+    bool zero_due = false;        // buffer to be zeroed before the next accumulation
     // Where the parameters are all-gathered (Note [ZeRO-1 copies]).
     const Tensor& gather_target() const { return scratch.defined() ? scratch : buffer; }
   };
@@ -34,8 +38,18 @@ struct ZeroShared {
   BucketWork reduce_scatter_hook(dist::ProcessGroup& g, GradBucket& bucket);
   // After the shard's step: pack it and start one all-gather per bucket.
   void launch_all_gather();
+  // Note [ZeRO-1 overlapped with the forward]: steps the shard bucket by
+  // bucket, last bucket first, issuing each bucket's all-gather after its step.
+  void step_and_launch(optim::Optimizer& local);
   // Before the next forward: wait, copy into the parameters, clear .grad.
   void finish_all_gather();
+  // The same for bucket b only (a layer's pre-hook).
+  void finish_bucket(size_t b);
+  bool any_gather_pending() const;
+  void launch_gather(size_t b);    // packs this rank's segments of b, issues its all-gather
+  void complete_gather(size_t b);  // waits for b's all-gather, copies the other ranks' pieces
+
+  bool overlap = false;  // ZeroOptions::overlap_with_forward
 
   DistributedDataParallelBase* ddp;  // outlives the training loop
   dist::ProcessGroup* group = nullptr;  // the DDP's group when the shards were cut
@@ -45,8 +59,8 @@ struct ZeroShared {
   std::vector<BucketShard> buckets;
   std::vector<ZeroSegment> segments;  // this rank's, bucket by bucket
   Tensors segment_params;             // flat leaf views of the parameters, by segment
-  bool gather_pending = false;
-  bool clear_grads_due = false;
+  std::vector<size_t> bucket_of;      // by parameter: the bucket it lies in
+  std::vector<size_t> gather_order;   // the buckets, as the last step issued their gathers
 };
 
 }  // namespace ddp::parallel

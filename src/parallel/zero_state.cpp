@@ -283,7 +283,7 @@ TensorDict ZeroRedundancyOptimizer::peer_shard() const {
 void ZeroRedundancyOptimizer::load_peer_shards(const std::vector<TensorDict>& shards) {
   const char* who = "ZeroRedundancyOptimizer.load_peer_shards";
   ZeroShared& me = *shared_;
-  DDP_CHECK_T(ValueError, !me.gather_pending,
+  DDP_CHECK_T(ValueError, !me.any_gather_pending(),
               "{}: the last step's all-gather is still in flight; call synchronize_parameters() "
               "in the elastic step's apply (Note [ZeRO-1 in an elastic job])",
               who);

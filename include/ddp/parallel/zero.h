@@ -30,8 +30,9 @@
 // all-gathered per bucket, asynchronously and in place, into the bucket's
 // buffer (or a padded scratch when N does not divide B), and the other
 // ranks' pieces are copied into the parameters when the next forward starts
-// (a forward pre-hook of DDP) or when synchronize_parameters() is called
-// (Note [ZeRO-1 copies]). Every element of a parameter gets the
+// (a forward pre-hook of DDP; per layer with overlap_with_forward, Note
+// [ZeRO-1 overlapped with the forward]) or when synchronize_parameters() is
+// called (Note [ZeRO-1 copies]). Every element of a parameter gets the
 // same update on its owner as plain DDP would make, so the trajectory equals
 // plain DDP's up to the rounding of the averaged gradient.
 //
@@ -64,6 +65,36 @@
 // a leaf's storage to be replaced under the module, which Tensor does not
 // offer safely.
 
+// Note [ZeRO-1 overlapped with the forward]
+// With ZeroOptions::overlap_with_forward the all-gather is no longer waited
+// for as a whole when the next forward starts. What changes in the order of
+// work:
+// - step() steps the shard bucket by bucket, in the order the next forward
+//   needs the buckets (the last bucket of backward, which holds the first
+//   layers, first), and issues each bucket's all-gather as soon as that
+//   bucket's shard is stepped, while the next bucket is being stepped;
+// - every module that owns parameters gets a forward pre-hook (Note
+//   [Forward hooks]) that waits only for the all-gathers of the buckets
+//   holding its own parameters, copies the other ranks' pieces in and zeroes
+//   those buckets for the next accumulation; the later layers' all-gathers
+//   go on behind the earlier layers' compute. At the end of the DDP forward
+//   the buckets no layer asked for are finished too, so the next backward
+//   never reduce-scatters a buffer an all-gather still writes.
+// What never changes: which collectives are issued and in which order on
+// every rank (the reduce-scatters in bucket order during backward; the
+// all-gathers in reverse bucket order inside step(), a function of the
+// bucket plan only, never of completion times), and the update of every
+// element (SGD and AdamW step each segment on its own, so stepping the
+// shard bucket by bucket is bit for bit stepping it at once). The step
+// itself stays in step(): clipping and GradScaler's skip need the whole
+// shard's gradients (and a collective over all ranks) before any element
+// is updated, so it cannot be taken inside backward without changing what
+// the user's loop means. f64 parameters, sharded_state_dict() and
+// state_dict() equal those without the option bit for bit. Not with
+// fault_tolerant (a failed all-gather would surface inside a layer of the
+// forward, some layers updated and others not); Join is refused for every
+// ZeRO-1 model (DistributedDataParallel::join_refusal).
+//
 // Note [ZeRO-1 with GradScaler and clipping]
 // A GradScaler unscales only this rank's shard, so it would decide alone
 // whether to skip the step; found_inf_anywhere() (an Optimizer hook that the
@@ -134,6 +165,13 @@ namespace ddp::parallel {
 
 struct ZeroShared;
 
+struct ZeroOptions {
+  // Note [ZeRO-1 overlapped with the forward]: step() issues each bucket's
+  // all-gather as soon as its shard is stepped (first layers first), and
+  // the next forward waits per layer for its own buckets only.
+  bool overlap_with_forward = false;
+};
+
 // Builds the optimizer that steps one rank's shard, over the groups given
 // (one group of flat parameter segments). Only SGD and AdamW are supported:
 // their update is elementwise, so stepping a piece of a parameter is the
@@ -155,14 +193,21 @@ struct ZeroSegment {
 class ZeroRedundancyOptimizer : public optim::Optimizer {
  public:
   // Registers a communication hook and a forward pre-hook on ddp (which must
-  // outlive the optimizer's use). ValueError: rebuild_buckets or
+  // outlive the optimizer's use); with options.overlap_with_forward also a
+  // forward pre-hook on every module that owns parameters and a forward
+  // post-hook on ddp. ValueError: rebuild_buckets or
   // find_unused_parameters on, a
   // factory that builds anything but SGD or AdamW, or a rank whose shard is
-  // empty (a model smaller than the world size). It replaces any comm hook
-  // registered before.
+  // empty (a model smaller than the world size); with overlap_with_forward,
+  // fault_tolerant on or a DDP that overlaps its step (overlap_step). It
+  // replaces any comm hook registered before.
   template <class M>
-  ZeroRedundancyOptimizer(DistributedDataParallel<M>& ddp, LocalOptimizerFactory make_local)
-      : ZeroRedundancyOptimizer(ddp, trainable_parameters(ddp.module()), std::move(make_local)) {}
+  ZeroRedundancyOptimizer(DistributedDataParallel<M>& ddp, LocalOptimizerFactory make_local,
+                          ZeroOptions options = {})
+      : ZeroRedundancyOptimizer(ddp, ddp.module(), trainable_parameters(ddp.module()),
+                                std::move(make_local), options) {}
+  // With overlap_with_forward: waits for the last step's all-gathers (so
+  // the parameters are complete) and removes the layers' pre-hooks.
   ~ZeroRedundancyOptimizer() override;
 
   // Waits for the all-gather started by the last step() and copies the
@@ -191,6 +236,12 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   void load_shards(const std::string& dir);
 
   const std::vector<ZeroSegment>& segments() const;
+  const ZeroOptions& options() const;
+  // Note [ZeRO-1 overlapped with the forward], for tests and benchmarks: the
+  // buckets whose all-gather was issued and not yet waited for, in bucket
+  // order; and the buckets in the order the last step() issued them.
+  std::vector<size_t> pending_gathers() const;
+  std::vector<size_t> last_gather_order() const;
   // Bytes of optimizer state (momentum, moments, step counts) on this rank.
   size_t state_bytes() const;
   optim::Optimizer& local_optimizer();
@@ -205,8 +256,8 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   std::vector<std::string> state_names() const override;
 
  private:
-  ZeroRedundancyOptimizer(DistributedDataParallelBase& ddp, Tensors params,
-                          LocalOptimizerFactory make_local);
+  ZeroRedundancyOptimizer(DistributedDataParallelBase& ddp, nn::Module& module, Tensors params,
+                          LocalOptimizerFactory make_local, ZeroOptions options);
   ZeroRedundancyOptimizer(std::shared_ptr<ZeroShared> shared, LocalOptimizerFactory make_local);
   static Tensors trainable_parameters(nn::Module& module);
   Device segments_device() const;
@@ -218,6 +269,8 @@ class ZeroRedundancyOptimizer : public optim::Optimizer {
   std::shared_ptr<ZeroShared> shared_;  // also held by the hooks
   LocalOptimizerFactory make_local_;
   std::unique_ptr<optim::Optimizer> local_;
+  ZeroOptions options_;
+  std::vector<nn::HookHandle> layer_hooks_;  // Note [ZeRO-1 overlapped with the forward]
 };
 
 // Optimizer-state bytes of any optimizer (for comparing plain with ZeRO).
