@@ -1,6 +1,8 @@
 // The DDP engine's bucket plan as checkpoint state (Note [Bucket plans in
 // checkpoints] in distributed.h).
 
+#include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +56,13 @@ TensorDict DistributedDataParallelBase::bucket_plan_state() const {
              Tensor::scalar(tuned ? tuner_->link().beta_s_per_byte : 0.0, DType::f64));
   out.insert("tuner.predicted_exposed_s",
              Tensor::scalar(tuned ? tuner_->plan().predicted_exposed_s : 0.0, DType::f64));
+  // Note [Overlapped step model]: the overlapped schedule the tuner chose.
+  if (tuned && tuner_->overlap_schedule()) {
+    const OverlapSchedule& s = *tuner_->overlap_schedule();
+    out.insert("tuner.overlap.priority_buckets", Tensor::scalar(s.priority_buckets, DType::f64));
+    out.insert("tuner.overlap.chunk_mb", Tensor::scalar(s.chunks.chunk_mb, DType::f64));
+    out.insert("tuner.overlap.issue_ratio", Tensor::scalar(s.chunks.issue_ratio, DType::f64));
+  }
   return out;
 }
 
@@ -64,6 +73,20 @@ void DistributedDataParallelBase::load_bucket_plan_state(const TensorDict& state
   const bool tuned = number(state, "buckets.tuned") != 0;
   AlphaBeta link{number(state, "tuner.alpha_s"), number(state, "tuner.beta_s_per_byte")};
   const double predicted = number(state, "tuner.predicted_exposed_s");
+  // The tuner's overlapped schedule (Note [Overlapped step model]), when the
+  // saving job had one; older checkpoints have none.
+  std::optional<OverlapSchedule> schedule;
+  if (state.find("tuner.overlap.priority_buckets") != nullptr) {
+    OverlapSchedule s;
+    const double priority = number(state, "tuner.overlap.priority_buckets");
+    DDP_CHECK_T(ValueError, priority >= 1 && priority <= 1e6 && priority == std::floor(priority),
+                "{}: 'tuner.overlap.priority_buckets' must be a whole number >= 1, got {}", kWho,
+                priority);
+    s.priority_buckets = int(priority);
+    s.chunks = {number(state, "tuner.overlap.chunk_mb"), number(state, "tuner.overlap.issue_ratio")};
+    Reducer::check_overlap_chunks(s.chunks, kWho);
+    schedule = s;
+  }
 
   std::vector<std::vector<size_t>> plan;
   size_t at = 0;
@@ -97,6 +120,11 @@ void DistributedDataParallelBase::load_bucket_plan_state(const TensorDict& state
     reducer_->rebuild_buckets(plan);  // checks every index first; ValueError, nothing changed
   }
   if (tuner_ && tuned) tuner_->restore(BucketPlan{plan, predicted}, link);
+  if (tuner_ && tuned && schedule) {  // installed as the tuner installed it
+    tuner_->restore_overlap_schedule(schedule);
+    if (overlap_) reducer_->set_overlap(reducer_->overlap(), schedule->priority_buckets,
+                                        schedule->chunks);
+  }
 }
 
 }  // namespace ddp::parallel

@@ -400,23 +400,50 @@ void BucketAutoTuner::tune(Reducer& reducer, dist::ProcessGroup& group) {
   link_ = measure_alpha_beta(group, params_.front().device(), params_.front().dtype(), sizes);
 
   const std::vector<std::vector<size_t>> before = reducer.bucket_assignment();
-  std::vector<int64_t> encoded(2 * params_.size(), 0);  // launch order, then bucket ids
+  const bool overlap = reducer.overlap();
+  // Launch order, bucket ids, then the overlapped step's schedule (priority
+  // buckets, chunk size in bytes, issue ratio in millionths).
+  const size_t n = params_.size();
+  std::vector<int64_t> encoded(2 * n + 3, 0);
   if (group.rank() == 0) {
-    plan_ = plan_buckets(grads, link_);
+    OverlapSchedule schedule;
+    if (overlap) {
+      OverlapPlan op = plan_overlap(grads, link_);
+      plan_.buckets = std::move(op.buckets);
+      plan_.predicted_exposed_s = op.predicted_exposed_s;
+      schedule = op.schedule;
+    } else {
+      plan_ = plan_buckets(grads, link_);
+    }
     size_t pos = 0;
     for (size_t k = 0; k < plan_.buckets.size(); ++k)
       for (size_t i : plan_.buckets[k]) {
         encoded[pos] = int64_t(i);
-        encoded[params_.size() + pos] = int64_t(k);
+        encoded[n + pos] = int64_t(k);
         ++pos;
       }
-    const double before_s = simulate_exposed_s(grads, before, link_);
+    encoded[2 * n] = schedule.priority_buckets;
+    encoded[2 * n + 1] = int64_t(std::llround(schedule.chunks.chunk_mb * 1024.0 * 1024.0));
+    encoded[2 * n + 2] = int64_t(std::llround(schedule.chunks.issue_ratio * 1e6));
+    OverlapSchedule now;
+    now.priority_buckets = reducer.priority_buckets();
+    now.chunks = reducer.overlap_chunks();
+    const double before_s = overlap ? simulate_overlap_exposed_s(grads, before, link_, now)
+                                    : simulate_exposed_s(grads, before, link_);
     DDP_LOG_INFO(
-        "DistributedDataParallel: auto_bucket_size chose {} buckets (MiB, launch order: {}) from "
+        "DistributedDataParallel: auto_bucket_size chose {} buckets (MiB, launch order: {}){} from "
         "{} backward passes and a link of alpha {:.1f} us, {}; predicted exposed "
         "communication {:.2f} ms (the {} buckets before: {:.2f} ms)",
-        plan_.buckets.size(), mib_list(plan_.buckets, grads), samples_.size(),
-        link_.alpha_s * 1e6,
+        plan_.buckets.size(), mib_list(plan_.buckets, grads),
+        overlap ? fmt::format(" for the overlapped step, {} priority buckets, chunks {}",
+                              schedule.priority_buckets,
+                              schedule.chunks.chunk_mb > 0
+                                  ? fmt::format("of {} MiB at issue ratio {}",
+                                                schedule.chunks.chunk_mb,
+                                                schedule.chunks.issue_ratio)
+                                  : std::string("off"))
+                : std::string(),
+        samples_.size(), link_.alpha_s * 1e6,
         link_.beta_s_per_byte > 0 ? fmt::format("{:.3f} GB/s", 1e-9 / link_.beta_s_per_byte)
                                   : std::string("no measurable per-byte cost"),
         plan_.predicted_exposed_s * 1e3, before.size(), before_s * 1e3);
@@ -428,8 +455,8 @@ void BucketAutoTuner::tune(Reducer& reducer, dist::ProcessGroup& group) {
     encoded = t.cpu().to_vector<int64_t>();
   }
   std::vector<std::vector<size_t>> assignment;
-  for (size_t pos = 0; pos < params_.size(); ++pos) {
-    const int64_t k = encoded[params_.size() + pos];
+  for (size_t pos = 0; pos < n; ++pos) {
+    const int64_t k = encoded[n + pos];
     DDP_CHECK(k >= 0 && (size_t(k) == assignment.size() || size_t(k) + 1 == assignment.size()),
               "DistributedDataParallel: rank 0's bucket plan is malformed (bucket id {})", k);
     if (size_t(k) == assignment.size()) assignment.emplace_back();
@@ -437,6 +464,13 @@ void BucketAutoTuner::tune(Reducer& reducer, dist::ProcessGroup& group) {
   }
   reducer.rebuild_buckets(assignment);  // validates the permutation
   if (group.rank() != 0) plan_.buckets = assignment;
+  if (overlap) {
+    OverlapSchedule s;
+    s.priority_buckets = int(encoded[2 * n]);
+    s.chunks = {double(encoded[2 * n + 1]) / (1024.0 * 1024.0), double(encoded[2 * n + 2]) * 1e-6};
+    reducer.set_overlap(true, s.priority_buckets, s.chunks);  // validates the schedule
+    overlap_schedule_ = s;
+  }
 }
 
 }  // namespace ddp::parallel

@@ -179,6 +179,10 @@ void DistributedDataParallelBase::pre_forward() {
   // Note [Overlapped step]: a bucket rebuild moves parameters between
   // buckets, so what is pending is applied first (once, at the second forward).
   if (overlap_ && reducer_->rebuild_due()) synchronize_step();
+  // Note [Overlapped step model]: until the tuner has chosen, every forward
+  // starts with nothing in flight (its measurement and its rebuild need the
+  // buckets finished), on every rank alike.
+  if (overlap_ && tuner_ && !tuner_->done()) synchronize_step();
   if (!autograd::grad_enabled()) return;
   int buffer_root = 0;
   if (join_) {
@@ -201,6 +205,7 @@ void DistributedDataParallelBase::pre_forward() {
 }
 
 void DistributedDataParallelBase::post_forward(const Tensors& outputs) {
+  for (const auto& hook : forward_post_hooks_) hook();
   // Note [Overlapped step]: parameters this forward did not use are stepped
   // now, before the next backward reuses the buckets.
   if (overlap_) overlap_apply_all();

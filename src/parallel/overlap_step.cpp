@@ -12,8 +12,6 @@ namespace ddp::parallel {
 
 struct DistributedDataParallelBase::OverlapState {
   optim::Optimizer* optimizer = nullptr;  // null once the optimizer is destroyed
-  int priority_buckets = 1;
-  OverlapChunks chunks;  // Note [Overlap chunks]
   std::shared_ptr<optim::Optimizer::Deferral> deferral;
   std::vector<int64_t> number;  // by DDP parameter: the optimizer's number, or -1
   std::vector<nn::HookHandle> hooks;
@@ -37,12 +35,12 @@ void DistributedDataParallelBase::overlap_step(optim::Optimizer& optimizer, int 
   DDP_CHECK_T(ValueError, overlap_ == nullptr, "{}: called twice (one optimizer per model)", who);
   DDP_CHECK_T(ValueError, comm_hook_ == nullptr,
               "{}: a communication hook (PowerSGD, ZeRO-1, ...) is registered; the overlapped step "
-              "applies a plain optimizer to averaged gradients",
+              "applies a plain optimizer to averaged gradients (for ZeRO-1, whose all-gather is "
+              "overlapped with the next forward by ZeroOptions::overlap_with_forward, do not call "
+              "overlap_step)",
               who);
   DDP_CHECK_T(ValueError, !options_.fault_tolerant,
               "{}: not with fault_tolerant (a failed bucket can leave a step half-applied)", who);
-  DDP_CHECK_T(ValueError, !options_.auto_bucket_size,
-              "{}: not with auto_bucket_size (set bucket_cap_mb)", who);
   DDP_CHECK_T(ValueError, priority_buckets >= 1, "{}: priority_buckets must be >= 1, got {}", who,
               priority_buckets);
   Reducer::check_overlap_chunks(chunks, who);
@@ -52,8 +50,6 @@ void DistributedDataParallelBase::overlap_step(optim::Optimizer& optimizer, int 
 
   auto state = std::make_shared<OverlapState>();
   state->optimizer = &optimizer;
-  state->priority_buckets = priority_buckets;
-  state->chunks = chunks;
   // The reducer's numbering: the trainable parameters in named order.
   const Tensors trainable = tuner_params();
   std::unordered_map<const TensorImpl*, size_t> index;
@@ -100,7 +96,9 @@ void DistributedDataParallelBase::overlap_step(optim::Optimizer& optimizer, int 
 }
 
 void DistributedDataParallelBase::overlap_follow_join(bool in_join) {
-  reducer_->set_overlap(!in_join, overlap_->priority_buckets, overlap_->chunks);
+  // The reducer's own schedule: the tuner may have chosen it (Note
+  // [Overlapped step model]).
+  reducer_->set_overlap(!in_join, reducer_->priority_buckets(), reducer_->overlap_chunks());
 }
 
 void DistributedDataParallelBase::overlap_apply_bucket(size_t bucket) {

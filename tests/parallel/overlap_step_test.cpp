@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -82,6 +83,13 @@ struct Run {
   std::vector<std::vector<double>> final_params, opt_state;
   bool pending_after_backward = false;  // a synchronised backward left buckets in flight
   std::vector<std::vector<ChunkLaunch>> chunk_launches;  // per step (Note [Overlap chunks])
+  // After the last step: the reducer's schedule and buckets, and what the
+  // tuner chose (auto_bucket_size; Note [Overlapped step model]).
+  int priority_buckets = 0;
+  OverlapChunks chunks;
+  std::vector<std::vector<size_t>> buckets;
+  bool tuned = false;
+  std::optional<OverlapSchedule> tuned_schedule;
 };
 
 enum class Opt { kSgd, kAdamW };
@@ -149,6 +157,13 @@ Run train(std::shared_ptr<dist::ProcessGroup> group, const Recipe& r, bool overl
   }
   run.opt_state = values(opt->state_dict());  // synchronises by itself
   run.final_params = values(model->parameters());
+  run.priority_buckets = ddp.reducer().priority_buckets();
+  run.chunks = ddp.reducer().overlap_chunks();
+  run.buckets = ddp.reducer().bucket_assignment();
+  if (const BucketAutoTuner* tuner = ddp.bucket_tuner()) {
+    run.tuned = tuner->done();
+    run.tuned_schedule = tuner->overlap_schedule();
+  }
   return run;
 }
 
@@ -239,6 +254,89 @@ TEST(OverlapStep, GlooThreeRanksAdamWEqualsPlainDdp) {
   expect_same_trajectory([] { return gloo(3); }, Recipe{.opt = Opt::kAdamW, .steps = 4}, 4, true);
 }
 #endif
+
+#if DDP_HAVE_GLOO
+// Note [Overlapped step model]: with auto_bucket_size the tuner measures,
+// chooses buckets, priority buckets and chunks from the model, installs
+// them alike on every rank, and the maths stays plain DDP's. Plain DDP's
+// own tuner (plan_buckets) runs on the plain side.
+TEST(OverlapTuner, AutoBucketSizeChoosesTheScheduleOnEveryRankAndKeepsTheMaths) {
+  Recipe tuned{.steps = 6};
+  tuned.ddp.auto_bucket_size = true;
+  tuned.ddp.auto_bucket_iterations = 2;
+  std::vector<::Run> over;
+  expect_same_trajectory([] { return gloo(2); }, tuned, 1, /*expect_pending=*/true, {}, &over);
+  for (size_t r = 0; r < over.size(); ++r) {
+    SCOPED_TRACE(::testing::Message() << "rank " << r);
+    EXPECT_TRUE(over[r].tuned);
+    ASSERT_TRUE(over[r].tuned_schedule.has_value());
+    const OverlapSchedule& s = *over[r].tuned_schedule;
+    EXPECT_EQ(over[r].priority_buckets, s.priority_buckets);
+    EXPECT_EQ(over[r].chunks.chunk_mb, s.chunks.chunk_mb);
+    EXPECT_EQ(over[r].chunks.issue_ratio, s.chunks.issue_ratio);
+    EXPECT_EQ(over[r].priority_buckets, over[0].priority_buckets);
+    EXPECT_EQ(over[r].chunks.chunk_mb, over[0].chunks.chunk_mb);
+    EXPECT_EQ(over[r].buckets, over[0].buckets);
+    // The model's caps are MiB: this small model fits one bucket, no longer
+    // the one bucket per parameter of bucket_cap_mb = 1e-6.
+    EXPECT_LT(over[r].buckets.size(), 8u);
+  }
+}
+#endif
+
+// Note [Bucket plans in checkpoints]: the schedule the tuner chose travels
+// with the bucket plan, and a resumed job installs it without tuning again;
+// a bad schedule in the state is refused before anything changes.
+TEST(OverlapTuner, TheChosenScheduleResumesFromTheBucketPlanState) {
+  auto model = make_mlp();
+  const DDPOptions tuned{.bucket_cap_mb = 1e-6, .broadcast_buffers = false,
+                         .auto_bucket_size = true, .auto_bucket_iterations = 1};
+  TensorDict state;
+  OverlapSchedule chosen;
+  {
+    DistributedDataParallel<nn::Sequential> ddp(model, ddp::test::solo(), tuned);
+    optim::SGD opt(model->parameters(), 0.1);
+    ddp.overlap_step(opt, 1);
+    for (int step = 0; step < 4; ++step) {
+      sum(ddp(batch(0, step))).backward();
+      opt.step();
+      opt.zero_grad();
+    }
+    ddp.synchronize_step();
+    ASSERT_TRUE(ddp.bucket_tuner()->done());
+    ASSERT_TRUE(ddp.bucket_tuner()->overlap_schedule().has_value());
+    chosen = *ddp.bucket_tuner()->overlap_schedule();
+    state = ddp.bucket_plan_state();
+    EXPECT_EQ(state.at("tuner.overlap.priority_buckets").item<double>(), chosen.priority_buckets);
+    EXPECT_EQ(state.at("tuner.overlap.chunk_mb").item<double>(), chosen.chunks.chunk_mb);
+    EXPECT_EQ(state.at("tuner.overlap.issue_ratio").item<double>(), chosen.chunks.issue_ratio);
+  }
+  DistributedDataParallel<nn::Sequential> resumed(model, ddp::test::solo(), tuned);
+  optim::SGD opt(model->parameters(), 0.1);
+  resumed.overlap_step(opt, 1, {.chunk_mb = 3, .issue_ratio = 0.5});  // to be replaced
+  TensorDict bad = state;
+  bad.set("tuner.overlap.priority_buckets", Tensor::scalar(0.0, DType::f64));
+  EXPECT_THROW(resumed.load_bucket_plan_state(bad), ValueError);
+  bad = state;
+  bad.set("tuner.overlap.issue_ratio", Tensor::scalar(1.5, DType::f64));
+  EXPECT_THROW(resumed.load_bucket_plan_state(bad), ValueError);
+  EXPECT_FALSE(resumed.bucket_tuner()->done());  // nothing changed
+  EXPECT_EQ(resumed.reducer().overlap_chunks().chunk_mb, 3.0);
+  resumed.load_bucket_plan_state(state);
+  EXPECT_TRUE(resumed.bucket_tuner()->done());
+  EXPECT_EQ(resumed.reducer().priority_buckets(), chosen.priority_buckets);
+  EXPECT_EQ(resumed.reducer().overlap_chunks().chunk_mb, chosen.chunks.chunk_mb);
+  EXPECT_EQ(resumed.reducer().overlap_chunks().issue_ratio, chosen.chunks.issue_ratio);
+  // Without the schedule's keys (an older checkpoint) the plan still loads.
+  DistributedDataParallel<nn::Sequential> older(model, ddp::test::solo(), tuned);
+  TensorDict old_state = state;
+  old_state.erase("tuner.overlap.priority_buckets");
+  old_state.erase("tuner.overlap.chunk_mb");
+  old_state.erase("tuner.overlap.issue_ratio");
+  older.load_bucket_plan_state(old_state);
+  EXPECT_TRUE(older.bucket_tuner()->done());
+  EXPECT_FALSE(older.bucket_tuner()->overlap_schedule().has_value());
+}
 
 TEST(OverlapStep, NoSyncAccumulationAndAdamWEqualPlainDdp) {
   expect_same_trajectory(threads2, Recipe{.opt = Opt::kAdamW, .micro = 3}, 3, true);
@@ -405,7 +503,10 @@ TEST(OverlapStep, BadInputsRaiseValueErrorAndChangeNothing) {
     ddp->register_comm_hook(allreduce_hook);
     EXPECT_THROW(ddp->overlap_step(opt), ValueError);
   }
-  EXPECT_THROW(make({.auto_bucket_size = true})->overlap_step(opt), ValueError);
+  // auto_bucket_size is taken: the tuner plans the overlapped schedule too
+  // (OverlapTuner below).
+  EXPECT_NO_THROW(make({.auto_bucket_size = true})->overlap_step(opt));
+  EXPECT_FALSE(opt.has_deferral());  // released with its DDP
   EXPECT_THROW(make({.fault_tolerant = true})->overlap_step(opt), ValueError);
   {
     auto stranger = std::make_shared<nn::Linear>(2, 2);

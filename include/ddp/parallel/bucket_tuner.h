@@ -57,6 +57,7 @@
 #include <chrono>
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -151,7 +152,10 @@ OverlapPlan plan_overlap(const std::vector<GradInfo>& grads, const AlphaBeta& li
 // the synchronised backward passes, and after `iterations` of them (the
 // first is skipped as warm-up) measures the link, lets rank 0 plan from the
 // median ready times, broadcasts the plan, and rebuilds the reducer's
-// buckets once. Logs the choice and the predicted exposed time.
+// buckets once. With the overlapped step on (the reducer's overlap()), the
+// plan is plan_overlap's: its buckets, priority buckets and chunks are
+// installed together (Note [Overlapped step model]). Logs the choice and
+// the predicted exposed time.
 class BucketAutoTuner {
  public:
   // params: the reducer's parameters, in its order. ValueError for
@@ -166,6 +170,10 @@ class BucketAutoTuner {
   void restore(BucketPlan plan, AlphaBeta link);
   const BucketPlan& plan() const { return plan_; }
   const AlphaBeta& link() const { return link_; }
+  // The overlapped step's schedule the tuner chose (and installed); unset
+  // without overlap or before tuning.
+  const std::optional<OverlapSchedule>& overlap_schedule() const { return overlap_schedule_; }
+  void restore_overlap_schedule(std::optional<OverlapSchedule> s) { overlap_schedule_ = s; }
 
  private:
   void tune(Reducer& reducer, dist::ProcessGroup& group);
@@ -178,6 +186,7 @@ class BucketAutoTuner {
   std::vector<std::vector<double>> samples_;  // per synchronised backward: ready times (s)
   BucketPlan plan_;
   AlphaBeta link_;
+  std::optional<OverlapSchedule> overlap_schedule_;
 };
 
 }  // namespace ddp::parallel

@@ -68,8 +68,10 @@ struct DDPOptions {
   // bucket_tuner.h): after auto_bucket_iterations synchronised backward
   // passes (plus one of warm-up), time a few allreduces, let rank 0 choose
   // the buckets that hide the most communication behind the measured
-  // backward, and rebuild once. bucket_cap_mb applies until then. The choice
-  // and the predicted exposed time are logged (info).
+  // backward, and rebuild once. bucket_cap_mb applies until then. With
+  // overlap_step the choice covers the overlapped schedule too: buckets,
+  // priority buckets, chunk size and issue ratio (Note [Overlapped step
+  // model]). The choice and the predicted exposed time are logged (info).
   bool auto_bucket_size = false;
   int auto_bucket_iterations = 5;
   // The group comes from a parallel::ElasticGroup (ddp/parallel/elastic.h),
@@ -124,6 +126,14 @@ class DistributedDataParallelBase : public Joinable {
     forward_pre_hooks_.push_back(std::move(fn));
   }
   bool has_forward_pre_hooks() const { return !forward_pre_hooks_.empty(); }
+  // Runs fn at the end of every forward (training or evaluation), after the
+  // module's forward and before DDP arms the reducer for the backward; in
+  // registration order. ZeRO-1 with overlap_with_forward finishes there the
+  // all-gathers no layer waited for (Note [ZeRO-1 overlapped with the
+  // forward] in ddp/parallel/zero.h).
+  void register_forward_post_hook(std::function<void()> fn) {
+    forward_post_hooks_.push_back(std::move(fn));
+  }
 
   // ---- Note [Overlapped step] (reducer.h; docs/ddp.md) -----------------------
   // Applies `optimizer`'s steps one bucket at a time, each just before the
@@ -137,8 +147,11 @@ class DistributedDataParallelBase : public Joinable {
   // The last priority_buckets buckets of backward (the first layers') are
   // launched at its end, first layers first. Every optimizer parameter
   // must be a trainable parameter of the module. Call it before the first
-  // forward, on every rank alike. ValueError: called twice, a comm hook
-  // (PowerSGD, ZeRO-1) registered, fault_tolerant or auto_bucket_size on,
+  // forward, on every rank alike. With auto_bucket_size the tuner chooses
+  // the buckets, priority_buckets and chunks itself once it has measured
+  // (Note [Overlapped step model] in bucket_tuner.h); until then every
+  // forward waits for the last step. ValueError: called twice, a comm hook
+  // (PowerSGD, ZeRO-1) registered, fault_tolerant on,
   // a parameter of the optimizer outside the module, priority_buckets < 1,
   // a chunk_mb below 0 or an issue_ratio outside (0, 1], or the optimizer's
   // steps already deferred by another DDP. chunks (Note [Overlap chunks] in
@@ -207,7 +220,9 @@ class DistributedDataParallelBase : public Joinable {
   // (parameters per bucket), "buckets.rebuilt" and "buckets.tuned" (1 when
   // the rebuild, or the sizer's choice, has happened: after a load neither
   // happens again) and the sizer's measured link ("tuner.alpha_s",
-  // "tuner.beta_s_per_byte", "tuner.predicted_exposed_s"). A checkpoint
+  // "tuner.beta_s_per_byte", "tuner.predicted_exposed_s"), and with
+  // overlap_step the schedule it chose ("tuner.overlap.priority_buckets",
+  // "tuner.overlap.chunk_mb", "tuner.overlap.issue_ratio"). A checkpoint
   // taken before the sizer chose resumes with the sizer starting over.
   // load_bucket_plan_state() checks the plan (every trainable parameter
   // exactly once; ValueError naming the problem, nothing changed) and
@@ -248,6 +263,7 @@ class DistributedDataParallelBase : public Joinable {
   CommHook comm_hook_;                      // re-registered by reset_group
   Tensors buffers_;
   std::vector<std::function<void()>> forward_pre_hooks_;
+  std::vector<std::function<void()>> forward_post_hooks_;
   std::shared_ptr<OverlapState> overlap_;  // shared_ptr: the type is private to overlap_step.cpp
   bool sync_ = true;
   Join* join_ = nullptr;

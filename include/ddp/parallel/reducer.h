@@ -240,6 +240,7 @@ class Reducer {
   void set_overlap(bool on, int priority_buckets = 1, OverlapChunks chunks = {});
   static void check_overlap_chunks(const OverlapChunks& chunks, const char* who);
   const OverlapChunks& overlap_chunks() const { return chunks_; }
+  int priority_buckets() const { return priority_buckets_; }
   bool overlap() const { return overlap_; }
   // Whether a synchronised backward left buckets to finish.
   bool overlap_pending() const { return overlap_pending_; }
