@@ -12,6 +12,14 @@
 // A backend may also have requests that a task posts and that finish later
 // (MPI's point-to-point): it gives a Poller, which the worker calls between
 // tasks and, while nothing is queued, in a short backoff loop.
+//
+// A queue may have more than one worker (gloo's GlooOptions::threads, Note
+// [Gloo collectives in flight] in process_group_gloo.cpp). Tasks still start
+// in submission order, but up to `threads` of them run at once and their
+// Works may complete out of order; the backend must then keep concurrent
+// tasks apart itself (gloo: a tag per collective, assigned at submission).
+// A fence task starts only once every task submitted before it has
+// completed (a barrier's promise). A Poller needs a single worker.
 
 #include <condition_variable>
 #include <deque>
@@ -19,6 +27,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "ddp/dist/work.h"
 
@@ -38,22 +47,29 @@ class WorkQueue {
   WorkQueue(const WorkQueue&) = delete;
   WorkQueue& operator=(const WorkQueue&) = delete;
 
-  void start(Poller poller = {});
+  // threads: how many tasks may run at once (>= 1; 1 with a Poller).
+  void start(Poller poller = {}, int threads = 1);
   // run returns true when the Work is done, false when it posted a request
   // that the Poller completes later. An exception fails the Work.
-  WorkPtr submit(const std::string& op, Tensors result, std::function<bool()> run);
+  WorkPtr submit(const std::string& op, Tensors result, std::function<bool()> run,
+                 bool fence = false);
   // The same, for a task that needs its own Work (to hand it to the Poller).
   WorkPtr submit_with_work(const std::string& op, Tensors result,
-                           std::function<bool(const WorkPtr&)> run);
-  // Runs everything already queued, then joins the worker. Idempotent.
+                           std::function<bool(const WorkPtr&)> run, bool fence = false);
+  // Runs everything already queued, then joins the workers. Idempotent.
   void stop();
 
  private:
   struct Task {
     WorkPtr work;
     std::function<bool(const WorkPtr&)> run;
+    bool fence = false;
   };
   void loop();
+  // Under mu_: the front task may start now.
+  bool can_take() const {
+    return !queue_.empty() && (!queue_.front().fence || running_ == 0);
+  }
 
   std::string backend_;
   int rank_;
@@ -62,7 +78,8 @@ class WorkQueue {
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool stop_ = false;
-  std::thread worker_;
+  int running_ = 0;  // tasks taken and not yet finished
+  std::vector<std::thread> workers_;
 };
 
 }  // namespace ddp::dist::detail

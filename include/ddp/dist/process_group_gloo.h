@@ -10,8 +10,9 @@
 //   pg->allreduce({grad})->wait();
 //
 // Gloo exchanges its addresses through libddp's store (no Redis, no shared
-// files). Collectives run on one worker thread per group in submission order
-// (Note [One worker per group]); send and recv are posted at once and their
+// files). Collectives start on the group's worker in submission order (Note
+// [One worker per group]); with GlooOptions::threads > 1 that many may run
+// at once and complete out of order; send and recv are posted at once and their
 // Works complete when waited (like torch's gloo backend), so is_completed()
 // of a send/recv stays false until wait() returns. A failure breaks the
 // group: the first failing collective names the lost ranks (Note [Naming the
@@ -48,6 +49,10 @@ struct GlooOptions {
   // How long survivors wait for each other's answer after a failure (Note
   // [Naming the lost rank]); capped at timeout.
   std::chrono::milliseconds roll_call_grace{5000};
+  // How many collectives of the group may run at once (Note [Gloo
+  // collectives in flight] in the .cpp); 0: DDP_GLOO_THREADS, else 1.
+  // 1..64, else ValueError. A world of one always uses one.
+  int threads = 0;
 };
 
 class ProcessGroupGloo : public HostProcessGroup {
