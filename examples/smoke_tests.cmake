@@ -116,6 +116,17 @@ if(DDP_HAVE_GLOO AND TARGET ddprun)
     EXPECT_REGEX "comm hook: powersgd.*resumed from step 4 .*step 6/6 "
     JSON_KEYS ${_ddp_ex_resnet_keys}
     JSON_EQUALS world_size=2 start_step=4 steps=6 backend=gloo)
+  # The GPT trainer's --comm-hook, the same checkpoint section.
+  set(dir ${_ddp_ex_work}/gpt_powersgd)
+  ddp_example_test(examples.train_gpt.gloo.powersgd_resume
+    LABELS dist ENV ${_ddp_ex_gloo_env} CLEAN_DIR ${dir}
+    CMD1 ${_ddp_ex_launch_gloo} $<TARGET_FILE:train_gpt> ${_ddp_ex_gpt_args} --max-steps 4
+         --checkpoint-dir ${dir} ${_psgd}
+    CMD2 ${_ddp_ex_launch_gloo} $<TARGET_FILE:train_gpt> ${_ddp_ex_gpt_args} --max-steps 6
+         --checkpoint-dir ${dir} --resume ${_psgd}
+    EXPECT_REGEX "comm hook: powersgd.*resumed from step 4 .*step 6/6 "
+    JSON_KEYS ${_ddp_ex_gpt_keys}
+    JSON_EQUALS world_size=2 start_step=4 steps=6)
 endif()
 
 # ---- one process: the mixed-precision and channels-last paths ---------------
@@ -178,7 +189,10 @@ set(_ddp_ex_bad_flags
   "gpt_heads|train_gpt|--n-embd|100|--n-head|3|--n-embd 100 is not divisible by --n-head 3"
   "gpt_top_k_zero|train_gpt|--sample|8|--top-k|0|--top-k: '0' is below the minimum 1"
   "gpt_negative_temperature|train_gpt|--temperature|-1|--temperature: '-1' must be greater than 0"
-  "gpt_negative_sample|train_gpt|--sample|-3|--sample: '-3' is below the minimum 0")
+  "gpt_negative_sample|train_gpt|--sample|-3|--sample: '-3' is below the minimum 0"
+  "gpt_bad_comm_hook|train_gpt|--comm-hook|int8|--comm-hook: 'int8' is not one of"
+  "gpt_powersgd_rank_without_hook|train_gpt|--powersgd-rank|2|--powersgd-rank, --powersgd-start-iter: need --comm-hook powersgd"
+  "gpt_comm_hook_fault_tolerant|train_gpt|--fault-tolerant|--comm-hook|bf16|--fault-tolerant: takes no --comm-hook")
 foreach(spec IN LISTS _ddp_ex_bad_flags)
   string(REPLACE "|" ";" parts "${spec}")
   list(POP_FRONT parts name program)

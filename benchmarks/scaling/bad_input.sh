@@ -1,7 +1,7 @@
 #!/bin/bash
 # ctest bench.scaling.cli.bad_input: run.sh and scaling_main refuse a bad
-# --compute, --profile, --cluster-link-gbit, --priority-buckets, --overlap-chunk-mb or
-# --overlap-issue-ratio with exit status 2 and a
+# --compute, --profile, --cluster-link-gbit, --priority-buckets, --overlap-chunk-mb,
+# --overlap-issue-ratio, --trace-dir / --trace or --mode with exit status 2 and a
 # message naming the flag, before any namespace is made (no root needed).
 #
 #   bad_input.sh SCALING_MAIN
@@ -44,6 +44,8 @@ for k in 0 -1 x ""; do expect --priority-buckets "${run[@]}" --priority-buckets 
 expect --overlap-cap-mb "${run[@]}" --overlap-cap-mb 0
 for c in -1 x ""; do expect --overlap-chunk-mb "${run[@]}" --overlap-chunk-mb "$c"; done
 for r in 0 1.5 -0.5 x ""; do expect --overlap-issue-ratio "${run[@]}" --overlap-issue-ratio "$r"; done
+expect --trace-dir "${run[@]}" --trace-dir "$tmp/traces"
+expect --trace-dir "${run[@]}" --compute emulated --profile gpt2 --trace-dir "$tmp/no_layers.json"
 # scaling_main checks the same before it joins a group
 expect --compute "$main" --compute gpu
 expect --profile "$main" --compute emulated --profile "$tmp/truncated.json"
@@ -55,5 +57,7 @@ expect --priority-buckets "$main" --mode overlap --priority-buckets 0
 expect --overlap-chunk-mb "$main" --mode overlap --overlap-chunk-mb -1
 expect --overlap-issue-ratio "$main" --mode overlap --overlap-issue-ratio 0
 expect --overlap-issue-ratio "$main" --mode overlap --overlap-issue-ratio 1.5
+expect --trace "$main" --mode ddp --trace "$tmp/t.json"
+expect --mode "$main" --mode bf17
 [ $fails -eq 0 ] || { echo "FAIL: $fails cases"; exit 1; }
 echo "OK: every bad input exited 2 naming its flag"

@@ -9,12 +9,17 @@
 #
 #   benchmarks/scaling/run.sh [--nodes 1,2,4] [--gbit R] [--steps S] [--json FILE]
 #       [--warmup W] [--batch-size B] [--image-size I] [--bucket-caps 1,5,100]
-#       [--engines libddp,pytorch] [--modes ddp,no_comm,auto_buckets,zero1,powersgd]
+#       [--engines libddp,pytorch] [--modes ddp,no_comm,auto_buckets,zero1,powersgd,bf16,fp16,overlap]
 #       [--main PATH/scaling_main] [--python /usr/bin/python3]
 #       [--compute real|emulated] [--profile resnet50|gpt2|FILE]
 #       [--cluster-link-gbit G] [--stretch S] [--priority-buckets K]
 #       [--overlap-cap-mb C] [--overlap-chunk-mb M] [--overlap-issue-ratio R]
+#       [--trace-dir D]
 #
+# Modes bf16, fp16: DDP with the compression hook (libddp's bf16/fp16_compress_hook,
+# PyTorch's default_hooks.fp16_compress_hook; torch 1.13's gloo has no bf16).
+# --trace-dir D (emulated): rank 0 of each libddp run writes its last timed
+# step as a Chrome trace, D/<row>.trace.json (scaling_main --trace).
 # Mode overlap (libddp only): DistributedDataParallel::overlap_step with K
 # priority buckets (default 4) and buckets of C MiB (default 25); with M > 0
 # each bucket goes out as allreduces of at most M MiB, R of the bytes ready
@@ -26,7 +31,8 @@
 # which sleep the profile's times x S while real gradients of the real
 # sizes go through DDP; the links are shaped to G / S Gbit/s (G default 25,
 # S default G / 2.5, so the shaped links run at 2.5 Gbit/s), and the rows
-# are in the emulated cluster's time. Modes ddp, no_comm, auto_buckets.
+# are in the emulated cluster's time. Modes ddp, no_comm, auto_buckets,
+# bf16, fp16, overlap.
 #
 # Needs root (ip netns, tc). Exits 77 where namespaces cannot be made. The
 # namespaces are removed on exit, also on Ctrl-C or a kill (trap).
@@ -38,8 +44,8 @@ nodes=1,2,4 gbit=1 steps=10 warmup=3 batch=32 image=32 json="" caps=""
 engines=libddp,pytorch modes=ddp,no_comm,auto_buckets,zero1,powersgd
 main=$repo/build/benchmarks/scaling/scaling_main python=/usr/bin/python3
 compute=real profile="" cluster_gbit="" stretch="" gbit_given="" modes_given=""
-cluster_given="" stretch_given="" priority=4 overlap_cap=25 chunk_mb=0 issue_ratio=1
-usage() { sed -n '9,23p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+cluster_given="" stretch_given="" priority=4 overlap_cap=25 chunk_mb=0 issue_ratio=1 trace_dir=""
+usage() { sed -n '9,29p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [ $# -gt 0 ]; do
   case $1 in
     --nodes) nodes=$2; shift 2 ;;
@@ -60,6 +66,7 @@ while [ $# -gt 0 ]; do
     --overlap-cap-mb) overlap_cap=$2; shift 2 ;;
     --overlap-chunk-mb) chunk_mb=$2; shift 2 ;;
     --overlap-issue-ratio) issue_ratio=$2; shift 2 ;;
+    --trace-dir) trace_dir=$2; shift 2 ;;
     --main) main=$2; shift 2 ;;
     --python) python=$2; shift 2 ;;
     -h|--help) usage 0 ;;
@@ -81,6 +88,7 @@ case $compute in
   real)
     [ -z "$profile" ] || { echo "run.sh: --profile needs --compute emulated" >&2; exit 2; }
     [ -z "$cluster_given$stretch_given" ] || { echo "run.sh: --cluster-link-gbit and --stretch need --compute emulated" >&2; exit 2; }
+    [ -z "$trace_dir" ] || { echo "run.sh: --trace-dir needs --compute emulated" >&2; exit 2; }
     cluster_gbit=$gbit stretch=1 ;;
   emulated)
     [ -n "$profile" ] || { echo "run.sh: --compute emulated needs --profile resnet50|gpt2|FILE" >&2; exit 2; }
@@ -121,6 +129,11 @@ PY
     [ -n "$modes_given" ] || modes=ddp,no_comm ;;
   *) echo "run.sh: --compute must be real or emulated, got '$compute'" >&2; exit 2 ;;
 esac
+if [ -n "$trace_dir" ]; then
+  mkdir -p "$trace_dir" 2>/dev/null && [ -d "$trace_dir" ] && [ -w "$trace_dir" ] ||
+    { echo "run.sh: --trace-dir: cannot write to '$trace_dir'" >&2; exit 2; }
+  trace_dir=$(cd "$trace_dir" && pwd)
+fi
 for n in ${nodes//,/ }; do
   case $n in ''|*[!0-9]*|0) echo "run.sh: --nodes takes positive integers, got '$n'" >&2; exit 2 ;; esac
 done
@@ -200,6 +213,8 @@ run_one() {
       cmd+=(--image-size "$image" --batch-size "$batch")
     fi
     [ "$i" = 0 ] && cmd+=(--json "$out")
+    [ "$i" = 0 ] && [ -n "$trace_dir" ] && [ "$engine" = libddp ] &&
+      cmd+=(--trace "$trace_dir/$name.trace.json")
     ip netns exec "${spaces[$i]}" env RANK=$i WORLD_SIZE=$n LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 \
       MASTER_ADDR="$subnet.1" MASTER_PORT=$port GLOO_SOCKET_IFNAME="r${i}_$tag" \
       OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 DDP_LOG_LEVEL=info \
@@ -225,7 +240,7 @@ run_one() {
 for n in ${nodes//,/ }; do
   for engine in ${engines//,/ }; do
     for mode in ${modes//,/ }; do
-      [ "$engine" = pytorch ] && [ "$mode" != ddp ] && [ "$mode" != no_comm ] && continue
+      [ "$engine" = pytorch ] && [ "$mode" != ddp ] && [ "$mode" != no_comm ] && [ "$mode" != fp16 ] && continue
       if [ "$compute" = emulated ] && { [ "$mode" = zero1 ] || [ "$mode" = powersgd ]; }; then
         echo "# n${n}_${engine}_${mode}: skipped (not available with --compute emulated)"
         continue

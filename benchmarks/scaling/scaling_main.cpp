@@ -15,6 +15,10 @@
 //                 reduce-scattered, the shard stepped, parameters all-gathered
 //   powersgd      the PowerSGD hook, rank 4, compressing from the 3rd step
 //                 (docs/powersgd.md); --warmup covers the plain steps
+//   bf16, fp16    DDP with bf16_compress_hook / fp16_compress_hook
+//                 (comm_hooks.h): each bucket divided by the world size,
+//                 cast, allreduced, cast back (on gloo and mpi the half
+//                 type travels as f32: Note [Half precision on the wire])
 //   overlap       DistributedDataParallel::overlap_step (docs/ddp.md): the
 //                 step applied per bucket in the next forward, the last
 //                 --priority-buckets buckets launched first layers first;
@@ -30,16 +34,23 @@
 // backward sleep the profile's seconds × --stretch while real gradients of
 // the real sizes go through DDP; the optimizer step is a sleep of the
 // profile's optimizer_s × stretch too (on a GPU node it runs on the GPU).
-// Modes ddp, no_comm, auto_buckets and overlap (whose optimizer is a
+// Modes ddp, no_comm, auto_buckets, bf16, fp16 and overlap (whose optimizer is a
 // SleepingOptimizer: the same sleep, a bucket's share at a time); times
 // and throughput are reported
-// in the emulated cluster's time (wall ÷ stretch).
+// in the emulated cluster's time (wall ÷ stretch). bf16's and fp16's casts stay real
+// CPU work (on a GPU node a cast of the bucket, ~0.2 ms for GPT-2's 498 MB).
+// --trace FILE (emulated): rank 0 writes the last timed step as a Chrome
+// trace (chrome://tracing, ui.perfetto.dev) in cluster microseconds (wall ÷
+// stretch): forward, backward and optimizer on one row, each bucket's
+// "ready" instant and its communication (hook called → work completed,
+// Reducer::last_timeline()) on another.
 // Usage and results: docs/benchmarks.md, "Scaling on a shaped network".
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -53,6 +64,7 @@
 #include "ddp/io/json.h"
 #include "ddp/nn/functional/loss.h"
 #include "ddp/optim/sgd.h"
+#include "ddp/parallel/comm_hooks.h"
 #include "ddp/parallel/distributed.h"
 #include "ddp/parallel/powersgd.h"
 #include "ddp/parallel/zero.h"
@@ -68,7 +80,7 @@ struct ScalingOptions {
   double bucket_cap_mb = 25.0;
   int64_t priority_buckets = 4;
   double overlap_chunk_mb = 0.0, overlap_issue_ratio = 1.0;  // Note [Overlap chunks]
-  std::string json_path;
+  std::string json_path, trace_path;
   std::string compute = "real", profile;
   double stretch = 1.0, cluster_link_gbit = 0.0, link_gbit = 0.0;  // 0: not given
 };
@@ -156,6 +168,43 @@ class SleepingOptimizer final : public ddp::optim::Optimizer {
   int64_t total_ = 0;
 };
 
+// --trace: one step's phases and bucket communication as Chrome trace JSON,
+// in cluster microseconds since the step's start (wall ÷ stretch).
+struct StepMarks {
+  Clock::time_point start, forward_end, backward_end, end;
+};
+
+void write_trace(const std::string& path, int rank, double stretch, const std::string& mode,
+                 const StepMarks& m, const std::vector<ddp::parallel::BucketTiming>& timeline) {
+  auto us = [&](Clock::time_point t) {
+    return std::round(std::chrono::duration<double, std::micro>(t - m.start).count() / stretch *
+                      10) / 10;
+  };
+  using ddp::io::json::Object;
+  ddp::io::json::Array events;
+  auto span = [&](const std::string& name, int tid, Clock::time_point a, Clock::time_point b) {
+    events.push(Object().add("name", name).add("ph", "X").add("pid", rank).add("tid", tid)
+                    .add("ts", us(a)).add("dur", std::max(0.0, us(b) - us(a))));
+  };
+  span("forward", 0, m.start, m.forward_end);
+  span("backward", 0, m.forward_end, m.backward_end);
+  span(mode == "overlap" ? "optimizer (applied per bucket in the next forward)"
+                         : "wait for buckets + optimizer",
+       0, m.backward_end, m.end);
+  for (const auto& b : timeline) {
+    if (b.launched.time_since_epoch().count() == 0) continue;  // not this step's
+    events.push(Object().add("name", fmt::format("bucket {} ready", b.index)).add("ph", "i")
+                    .add("s", "t").add("pid", rank).add("tid", 0).add("ts", us(b.ready)));
+    span(fmt::format("allreduce bucket {} ({:.2f} MiB)", b.index, double(b.bytes) / (1 << 20)), 1,
+         b.launched, b.done);
+  }
+  const char* threads[] = {"compute (emulated waits)", "communication (hook called → done)"};
+  for (int tid = 0; tid < 2; ++tid)
+    events.push(Object().add("name", "thread_name").add("ph", "M").add("pid", rank)
+                    .add("tid", tid).add("args", Object().add("name", threads[tid])));
+  std::ofstream(path) << Object().add("traceEvents", events).pretty(1) << "\n";
+}
+
 int run_emulated(const ScalingOptions& o) {
   if (o.mode == "zero1" || o.mode == "powersgd")
     throw UsageExit(fmt::format("scaling_main: --mode {} is not available with --compute "
@@ -188,20 +237,32 @@ int run_emulated(const ScalingOptions& o) {
   if (overlap)
     ddp_model.overlap_step(sleeping, int(o.priority_buckets),
                            {.chunk_mb = o.overlap_chunk_mb, .issue_ratio = o.overlap_issue_ratio});
+  if (o.mode == "bf16") ddp_model.register_comm_hook(ddp::parallel::bf16_compress_hook);
+  if (o.mode == "fp16") ddp_model.register_comm_hook(ddp::parallel::fp16_compress_hook);
+  StepMarks marks;  // the last step's, for --trace
   auto step = [&] {
+    marks.start = Clock::now();
     if (overlap) {
       // The step and the zeroing are applied per bucket in the next forward.
-      ddp_model(x).backward();
+      ddp::Tensor y = ddp_model(x);
+      marks.forward_end = Clock::now();
+      y.backward();
+      marks.backward_end = Clock::now();
       sleeping.step();
       sleeping.zero_grad(/*set_to_none=*/false);
+      marks.end = Clock::now();
       return;
     }
     auto run_step = [&] {
       // In place, as libddp recommends with gradient_as_bucket_view (and as
       // torch 1.13's optimizer does): no fresh .grad, so no page faults.
       model->zero_grad(/*set_to_none=*/false);
-      ddp_model(x).backward();
+      ddp::Tensor y = ddp_model(x);
+      marks.forward_end = Clock::now();
+      y.backward();
+      marks.backward_end = Clock::now();
       std::this_thread::sleep_for(optimizer);  // the optimizer step, on the GPU
+      marks.end = Clock::now();
     };
     if (sync) {
       run_step();
@@ -213,6 +274,8 @@ int run_emulated(const ScalingOptions& o) {
   const int64_t warmup =
       dopts.auto_bucket_size ? std::max(o.warmup, o.auto_iterations + 2) : o.warmup;
   const Timing t = time_steps(group, warmup, o.steps, step);
+  if (!o.trace_path.empty() && world.rank() == 0)
+    write_trace(o.trace_path, 0, o.stretch, o.mode, marks, ddp_model.reducer().last_timeline());
   if (overlap) {
     // One more backward, whose buckets are finished without a step: the
     // gradients of Note [Emulated gradients] are then there to check.
@@ -291,6 +354,8 @@ int run(const ScalingOptions& o) {
     ddp_model.overlap_step(*opt, int(o.priority_buckets),
                            {.chunk_mb = o.overlap_chunk_mb, .issue_ratio = o.overlap_issue_ratio});
   int64_t plain_steps = 0;  // steps before the comm hook compresses
+  if (o.mode == "bf16") ddp_model.register_comm_hook(ddp::parallel::bf16_compress_hook);
+  if (o.mode == "fp16") ddp_model.register_comm_hook(ddp::parallel::fp16_compress_hook);
   if (o.mode == "powersgd") {
     ddp::parallel::PowerSGDOptions p;
     p.matrix_approximation_rank = 4;
@@ -350,8 +415,10 @@ int parse_and_run(int argc, char** argv) {
   ScalingOptions o;
   ArgParser args("scaling_main",
                  "One rank of the shaped-network scaling benchmark (benchmarks/scaling/run.sh).");
-  args.add_string("--mode", &o.mode, "ddp | no_comm | auto_buckets | zero1 | powersgd | overlap",
-                  {"ddp", "no_comm", "auto_buckets", "zero1", "powersgd", "overlap"});
+  args.add_string("--mode", &o.mode,
+                  "ddp | no_comm | auto_buckets | zero1 | powersgd | bf16 | fp16 | overlap",
+                  {"ddp", "no_comm", "auto_buckets", "zero1", "powersgd", "bf16", "fp16",
+                   "overlap"});
   args.add_int("--priority-buckets", &o.priority_buckets,
                "overlap: the last buckets of backward, launched first layers first at its end "
                "(default 4)",
@@ -375,6 +442,9 @@ int parse_and_run(int argc, char** argv) {
   args.add_double("--bucket-cap-mb", &o.bucket_cap_mb, "bucket size in MiB (default 25)", 0.0,
                   /*exclusive=*/true);
   args.add_string("--json", &o.json_path, "write rank 0's figures as one JSON object");
+  args.add_string("--trace", &o.trace_path,
+                  "--compute emulated: rank 0 writes the last timed step as a Chrome trace (JSON, "
+                  "cluster microseconds)");
   args.add_string("--compute", &o.compute,
                   "real (the model computes) | emulated (the profile's times; default real)",
                   {"real", "emulated"});
@@ -390,6 +460,8 @@ int parse_and_run(int argc, char** argv) {
   args.parse(argc, argv);
   if (o.overlap_issue_ratio > 1)
     args.fail(fmt::format("--overlap-issue-ratio: must be in (0, 1], got {}", o.overlap_issue_ratio));
+  if (!o.trace_path.empty() && o.compute != "emulated")
+    args.fail("--trace: needs --compute emulated");
   return run(o);
 }
 

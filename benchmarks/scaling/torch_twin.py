@@ -4,7 +4,8 @@ the same synthetic batch size and image side, the same SGD step, under
 torch.nn.parallel.DistributedDataParallel over gloo with its defaults
 (25 MiB buckets). Rank, world size and the master's address come from the
 environment (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), as torchrun sets
-them. Modes: ddp, no_comm (every step inside no_sync()); any other mode
+them. Modes: ddp, no_comm (every step inside no_sync()), fp16 (DDP with
+default_hooks.fp16_compress_hook); bf16 (gloo has no bf16 allreduce) and any other mode
 exits 3 (run.sh: a skipped row).
 
 --compute emulated --profile FILE: the GPU-regime twin of scaling_main's
@@ -209,6 +210,15 @@ def median(v):
     return v[n // 2] if n % 2 else 0.5 * (v[n // 2 - 1] + v[n // 2])
 
 
+def register_hook(a, ddp_model):
+    """Mode fp16: PyTorch's fp16_compress_hook (each bucket divided by the
+    world size, cast to f16, allreduced, cast back). Mode bf16: torch 1.13's
+    gloo has no bf16 allreduce ("Invalid scalar type"), so it exits 3."""
+    if a.mode == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        ddp_model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+
+
 def run_emulated(a):
     if a.stretch <= 0:
         print("torch_twin: --stretch must be positive", file=sys.stderr)
@@ -219,6 +229,7 @@ def run_emulated(a):
     rank, world = dist.get_rank(), dist.get_world_size()
     model = EmulatedModel(prof, a.stretch, rank)
     ddp_model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=a.bucket_cap_mb)
+    register_hook(a, ddp_model)
     x = torch.zeros(1)
     optimizer_s = prof["optimizer_s"] * a.stretch
 
@@ -279,7 +290,11 @@ def main():
     p.add_argument("--cluster-link-gbit", type=float, default=0.0)
     p.add_argument("--link-gbit", type=float, default=0.0)
     a = p.parse_args()
-    if a.mode not in ("ddp", "no_comm"):
+    if a.mode == "bf16":
+        print("torch_twin: mode bf16 is not available: torch 1.13's gloo has no bf16 allreduce "
+              "(and register_comm_hook refuses bf16_compress_hook without NCCL)", file=sys.stderr)
+        return MODE_UNAVAILABLE
+    if a.mode not in ("ddp", "no_comm", "fp16"):
         print(f"torch_twin: mode {a.mode} is not available in this twin", file=sys.stderr)
         return MODE_UNAVAILABLE
     if a.compute == "emulated":
@@ -290,6 +305,7 @@ def main():
     torch.manual_seed(1234)
     model = init_resnet_(ResNet18())
     ddp_model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=a.bucket_cap_mb)
+    register_hook(a, ddp_model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     g = torch.Generator().manual_seed(99 + rank)
     x = torch.randn(a.batch_size, 3, a.image_size, a.image_size, generator=g)

@@ -19,6 +19,7 @@
 #include <optional>
 
 #include "common/checkpoint_saver.h"
+#include "common/comm_hook_option.h"
 #include "common/metrics.h"
 #include "common/monitoring.h"
 #include "common/trainer_util.h"
@@ -32,7 +33,9 @@
 #include "ddp/optim/adamw.h"
 #include "ddp/optim/clip_grad.h"
 #include "ddp/optim/lr_scheduler.h"
+#include "ddp/parallel/comm_hooks.h"
 #include "ddp/parallel/distributed.h"
+#include "ddp/parallel/powersgd.h"
 #include "train_gpt/options.h"
 #include "train_gpt/setup.h"
 
@@ -99,6 +102,9 @@ int run(const Options& o) {
     std::fflush(stdout);
   }
   parallel::DistributedDataParallel ddp_model(model, world.group, {.bucket_cap_mb = o.bucket_cap_mb});
+  std::shared_ptr<parallel::PowerSGDState> powersgd = examples::register_comm_hook_option(
+      ddp_model, o.comm_hook, o.powersgd_rank, o.powersgd_start_iter);
+  if (lead && o.comm_hook != "allreduce") std::printf("comm hook: %s\n", o.comm_hook.c_str());
 
   auto sampler = std::make_shared<data::DistributedSampler>(train->size(), world_size, rank,
                                                             true, uint64_t(o.seed));
@@ -122,6 +128,7 @@ int run(const Options& o) {
   // The bucket plan, and PowerSGD's per-rank memory, make a resumed run
   // continue bit for bit (Note [Per-rank checkpoint sections]).
   parallel::add_checkpoint_section(ckpt, "buckets", ddp_model);
+  if (powersgd) parallel::add_checkpoint_section(ckpt, "powersgd", powersgd);
 
   int64_t step = 0;
   if (o.resume) {

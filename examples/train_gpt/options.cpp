@@ -42,6 +42,11 @@ Options parse_options(int argc, char** argv) {
   cli.add_double("--grad-clip", &o.grad_clip, "clip the gradient norm to this (0: off)", 0);
   cli.add_string("--amp", &o.amp, "mixed precision (f16 adds a GradScaler)", {"off", "bf16", "f16"});
   cli.add_double("--bucket-cap-mb", &o.bucket_cap_mb, "DDP gradient bucket size in MiB", 0);
+  cli.add_string("--comm-hook", &o.comm_hook, "how DDP reduces gradient buckets (docs/powersgd.md)",
+                 {"allreduce", "fp16", "bf16", "powersgd"});
+  cli.add_int("--powersgd-rank", &o.powersgd_rank, "PowerSGD matrix approximation rank", 1);
+  cli.add_int("--powersgd-start-iter", &o.powersgd_start_iter,
+              "steps of plain allreduce before PowerSGD compresses", 2);
   cli.add_string("--backend", &o.backend, "process group backend (default: nccl on GPUs, "
                  "mpi under mpirun, else gloo)", {"", "nccl", "gloo", "mpi"});
   cli.add_string("--checkpoint-dir", &o.checkpoint_dir, "save a checkpoint here at the end");
@@ -98,10 +103,12 @@ Options parse_options(int argc, char** argv) {
     // fault-tolerant loop lacks rather than what that flag would need.
     for (const char* flag : {"--amp", "--resume", "--checkpoint-dir", "--checkpoint-every",
                              "--async-checkpoint", "--eval-every", "--metrics-port",
-                             "--tensorboard", "--straggler-every"})
+                             "--tensorboard", "--straggler-every", "--comm-hook"})
       if (cli.given(flag)) cli.fail(std::string("--fault-tolerant: takes no ") + flag);
     if (!o.backend.empty() && o.backend != "gloo") cli.fail("--fault-tolerant: runs on gloo only");
   }
+  if (o.comm_hook != "powersgd" && (cli.given("--powersgd-rank") || cli.given("--powersgd-start-iter")))
+    cli.fail("--powersgd-rank, --powersgd-start-iter: need --comm-hook powersgd");
   if (o.resume && o.checkpoint_dir.empty()) cli.fail("--resume: needs --checkpoint-dir");
   if (o.async_checkpoint && o.checkpoint_dir.empty()) cli.fail("--async-checkpoint: needs --checkpoint-dir");
   if (o.checkpoint_every > 0 && o.checkpoint_dir.empty())

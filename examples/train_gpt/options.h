@@ -25,6 +25,8 @@ struct Options {
   double grad_clip = 1.0;          // 0: off
   std::string amp = "off";
   double bucket_cap_mb = 25.0;
+  std::string comm_hook = "allreduce";  // allreduce, fp16, bf16, powersgd (docs/powersgd.md)
+  int64_t powersgd_rank = 4, powersgd_start_iter = 10;
   std::string backend;
   std::string checkpoint_dir;
   int64_t checkpoint_every = 0;

@@ -18,6 +18,7 @@
 #include <optional>
 
 #include "common/checkpoint_saver.h"
+#include "common/comm_hook_option.h"
 #include "common/metrics.h"
 #include "common/monitoring.h"
 #include "common/trainer_util.h"
@@ -126,14 +127,8 @@ int run(const Options& o) {
   }
   parallel::DistributedDataParallel ddp_model(model, world.group,
                                               {.bucket_cap_mb = o.bucket_cap_mb});
-  if (o.comm_hook == "fp16") ddp_model.register_comm_hook(parallel::fp16_compress_hook);
-  if (o.comm_hook == "bf16") ddp_model.register_comm_hook(parallel::bf16_compress_hook);
-  std::shared_ptr<parallel::PowerSGDState> powersgd;
-  if (o.comm_hook == "powersgd") {
-    powersgd = std::make_shared<parallel::PowerSGDState>(parallel::PowerSGDOptions{
-        .matrix_approximation_rank = int(o.powersgd_rank), .start_powerSGD_iter = o.powersgd_start_iter});
-    ddp_model.register_comm_hook(parallel::powersgd_hook(powersgd));
-  }
+  std::shared_ptr<parallel::PowerSGDState> powersgd = examples::register_comm_hook_option(
+      ddp_model, o.comm_hook, o.powersgd_rank, o.powersgd_start_iter);
 
   auto sampler = std::make_shared<data::DistributedSampler>(d.train->size(), world_size, rank,
                                                             /*shuffle=*/true, uint64_t(o.seed));
