@@ -59,5 +59,6 @@ expect --overlap-issue-ratio "$main" --mode overlap --overlap-issue-ratio 0
 expect --overlap-issue-ratio "$main" --mode overlap --overlap-issue-ratio 1.5
 expect --trace "$main" --mode ddp --trace "$tmp/t.json"
 expect --mode "$main" --mode bf17
+expect --mode "$main" --mode zero1_overlap --compute emulated --profile "$here/profiles/resnet50.json"
 [ $fails -eq 0 ] || { echo "FAIL: $fails cases"; exit 1; }
 echo "OK: every bad input exited 2 naming its flag"

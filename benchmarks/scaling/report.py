@@ -13,7 +13,8 @@ import json
 import os
 import sys
 
-MODES = ["ddp", "no_comm", "auto_buckets", "zero1", "powersgd", "bf16", "fp16", "overlap"]
+MODES = ["ddp", "no_comm", "auto_buckets", "zero1", "zero1_overlap", "powersgd", "bf16", "fp16",
+         "overlap"]
 
 
 def main():

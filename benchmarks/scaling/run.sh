@@ -9,7 +9,7 @@
 #
 #   benchmarks/scaling/run.sh [--nodes 1,2,4] [--gbit R] [--steps S] [--json FILE]
 #       [--warmup W] [--batch-size B] [--image-size I] [--bucket-caps 1,5,100]
-#       [--engines libddp,pytorch] [--modes ddp,no_comm,auto_buckets,zero1,powersgd,bf16,fp16,overlap]
+#       [--engines libddp,pytorch] [--modes ddp,no_comm,auto_buckets,zero1,zero1_overlap,powersgd,bf16,fp16,overlap]
 #       [--main PATH/scaling_main] [--python /usr/bin/python3]
 #       [--compute real|emulated] [--profile resnet50|gpt2|FILE]
 #       [--cluster-link-gbit G] [--stretch S] [--priority-buckets K]
@@ -241,7 +241,7 @@ for n in ${nodes//,/ }; do
   for engine in ${engines//,/ }; do
     for mode in ${modes//,/ }; do
       [ "$engine" = pytorch ] && [ "$mode" != ddp ] && [ "$mode" != no_comm ] && [ "$mode" != fp16 ] && continue
-      if [ "$compute" = emulated ] && { [ "$mode" = zero1 ] || [ "$mode" = powersgd ]; }; then
+      if [ "$compute" = emulated ] && { [ "$mode" = zero1 ] || [ "$mode" = zero1_overlap ] || [ "$mode" = powersgd ]; }; then
         echo "# n${n}_${engine}_${mode}: skipped (not available with --compute emulated)"
         continue
       fi

@@ -13,6 +13,9 @@
 //   auto_buckets  DDPOptions::auto_bucket_size (tuned during the warm-up)
 //   zero1         ZeroRedundancyOptimizer over SGD (docs/zero.md): buckets
 //                 reduce-scattered, the shard stepped, parameters all-gathered
+//   zero1_overlap the same with ZeroOptions::overlap_with_forward: the
+//                 all-gathers issued first layers first and waited per
+//                 layer in the next forward; broadcast_buffers off
 //   powersgd      the PowerSGD hook, rank 4, compressing from the 3rd step
 //                 (docs/powersgd.md); --warmup covers the plain steps
 //   bf16, fp16    DDP with bf16_compress_hook / fp16_compress_hook
@@ -206,7 +209,7 @@ void write_trace(const std::string& path, int rank, double stretch, const std::s
 }
 
 int run_emulated(const ScalingOptions& o) {
-  if (o.mode == "zero1" || o.mode == "powersgd")
+  if (o.mode == "zero1" || o.mode == "zero1_overlap" || o.mode == "powersgd")
     throw UsageExit(fmt::format("scaling_main: --mode {} is not available with --compute "
                                 "emulated (its optimizer or hook would compute on the CPU)\n",
                                 o.mode),
@@ -337,17 +340,20 @@ int run(const ScalingOptions& o) {
   dopts.bucket_cap_mb = o.bucket_cap_mb;
   dopts.auto_bucket_size = o.mode == "auto_buckets";
   dopts.auto_bucket_iterations = int(o.auto_iterations);
-  const bool zero1 = o.mode == "zero1";
+  const bool zero1_overlap = o.mode == "zero1_overlap";
+  const bool zero1 = o.mode == "zero1" || zero1_overlap;
   if (zero1) dopts.rebuild_buckets = false;  // the shards follow the buckets (docs/zero.md)
   const bool overlap = o.mode == "overlap";
-  dopts.broadcast_buffers = !overlap;  // it would wait behind the buckets in flight
+  // It would wait behind the buckets (or all-gathers) in flight.
+  dopts.broadcast_buffers = !overlap && !zero1_overlap;
   ddp::parallel::DistributedDataParallel<ddp::nn::UnaryModule> ddp_model(model, world.group,
                                                                          dopts);
   const ddp::optim::SGDOptions sgd{.momentum = 0.9};
   std::unique_ptr<ddp::optim::Optimizer> opt;
   if (zero1)
     opt = std::make_unique<ddp::parallel::ZeroRedundancyOptimizer>(
-        ddp_model, ddp::parallel::zero_sgd(0.01, sgd));
+        ddp_model, ddp::parallel::zero_sgd(0.01, sgd),
+        ddp::parallel::ZeroOptions{.overlap_with_forward = zero1_overlap});
   else
     opt = std::make_unique<ddp::optim::SGD>(model->parameters(), 0.01, sgd);
   if (overlap)
@@ -416,9 +422,10 @@ int parse_and_run(int argc, char** argv) {
   ArgParser args("scaling_main",
                  "One rank of the shaped-network scaling benchmark (benchmarks/scaling/run.sh).");
   args.add_string("--mode", &o.mode,
-                  "ddp | no_comm | auto_buckets | zero1 | powersgd | bf16 | fp16 | overlap",
-                  {"ddp", "no_comm", "auto_buckets", "zero1", "powersgd", "bf16", "fp16",
-                   "overlap"});
+                  "ddp | no_comm | auto_buckets | zero1 | zero1_overlap | powersgd | bf16 | fp16 | "
+                  "overlap",
+                  {"ddp", "no_comm", "auto_buckets", "zero1", "zero1_overlap", "powersgd", "bf16",
+                   "fp16", "overlap"});
   args.add_int("--priority-buckets", &o.priority_buckets,
                "overlap: the last buckets of backward, launched first layers first at its end "
                "(default 4)",
