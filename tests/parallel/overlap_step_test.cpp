@@ -4,8 +4,10 @@
 // scheduler, AdamW, no_sync accumulation, find_unused_parameters,
 // static_graph, clipping, a GradScaler skip, a checkpoint between steps —
 // over gloo ranks (real asynchronous buckets) and thread ranks; the launch
-// order with priority buckets and with chunks (Note [Overlap chunks]); a
-// failed bucket; the bad inputs.
+// order with priority buckets and with chunks (Note [Overlap chunks]); the
+// tuner's overlapped schedule under auto_bucket_size, on every rank and
+// through a checkpoint (Note [Overlapped step model]); a failed bucket; the
+// bad inputs.
 
 #include <gtest/gtest.h>
 
