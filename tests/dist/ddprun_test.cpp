@@ -63,7 +63,35 @@ class DdprunTest : public ::testing::Test {
 };
 
 // A port unlikely to collide with a parallel run of this suite.
-int test_port() { return 20000 + int(::getpid() % 10000) * 4; }
+// Two consecutive TCP ports free on this machine right now: a multi-node
+// ddprun takes MASTER_PORT for the workers' store and MASTER_PORT + 1 for
+// its rendezvous. Both are bound (to loopback) before either is released,
+// so the pair was free together. Ports the kernel hands out, not ports
+// derived from the pid: ctest -j2 runs these tests in processes with
+// neighbouring pids, and derived ranges overlapped between them.
+int free_port_pair() {
+  for (int attempt = 0; attempt < 64; ++attempt) {
+    const int a = ::socket(AF_INET, SOCK_STREAM, 0), b = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    int port = 0;
+    if (a >= 0 && b >= 0 && ::bind(a, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+        ::getsockname(a, reinterpret_cast<sockaddr*>(&addr), &len) == 0 &&
+        ntohs(addr.sin_port) < 65535) {
+      port = ntohs(addr.sin_port);
+      sockaddr_in next = addr;
+      next.sin_port = htons(uint16_t(port + 1));
+      if (::bind(b, reinterpret_cast<sockaddr*>(&next), sizeof(next)) != 0) port = 0;
+    }
+    if (a >= 0) ::close(a);
+    if (b >= 0) ::close(b);
+    if (port != 0) return port;
+  }
+  ADD_FAILURE() << "no two consecutive free TCP ports";
+  return 0;
+}
 
 // `ddprun --node-rank K ARGS` for K = 0 and 1 on localhost, started
 // together; the output ends with "status=S0,S1". Options after the program
@@ -205,7 +233,7 @@ TEST_F(DdprunTest, BadPreemptGraceExitsTwoNamingTheOption) {
 }
 
 TEST_F(DdprunTest, TwoNodesOnLocalhost) {
-  const std::string port = std::to_string(test_port());
+  const std::string port = std::to_string(free_port_pair());
   Result r = two_nodes(
       bin_, "--nproc-per-node 2 --nnodes 2 --master-addr 127.0.0.1 --master-port " + port +
                 " --rdzv-timeout 20 /bin/sh -c 'echo $RANK/$WORLD_SIZE node "
@@ -216,7 +244,7 @@ TEST_F(DdprunTest, TwoNodesOnLocalhost) {
 }
 
 TEST_F(DdprunTest, FailureOnOneNodeStopsTheOther) {
-  const std::string port = std::to_string(test_port() + 2);
+  const std::string port = std::to_string(free_port_pair());
   Result r = two_nodes(
       bin_, "--nproc-per-node 1 --nnodes 2 --master-addr 127.0.0.1 --master-port " + port +
                 " --rdzv-timeout 20 /bin/sh -c 'if [ $RANK = 1 ]; then exit 6; "
@@ -226,7 +254,7 @@ TEST_F(DdprunTest, FailureOnOneNodeStopsTheOther) {
 }
 
 TEST_F(DdprunTest, TwoNodesRestartTogether) {
-  const std::string port = std::to_string(test_port() + 6);
+  const std::string port = std::to_string(free_port_pair());
   Result r = two_nodes(bin_,
                        "--nproc-per-node 1 --nnodes 2 --max-restarts 1 --master-addr 127.0.0.1 "
                        "--master-port " +
@@ -242,7 +270,7 @@ TEST_F(DdprunTest, TwoNodesRestartTogether) {
 }
 
 TEST_F(DdprunTest, SigtermOnOneNodeStopsBoth) {
-  const std::string port = std::to_string(test_port() + 8);
+  const std::string port = std::to_string(free_port_pair());
   const std::string common =
       " --nproc-per-node 1 --nnodes 2 --max-restarts 3 --master-addr 127.0.0.1 "
       "--master-port " +
@@ -257,7 +285,7 @@ TEST_F(DdprunTest, SigtermOnOneNodeStopsBoth) {
 TEST_F(DdprunTest, RendezvousTimesOutClearly) {
   Result r = sh(
       bin_ + " --nproc-per-node 1 --nnodes 2 --node-rank 0 --master-addr 127.0.0.1 --master-port " +
-      std::to_string(test_port() + 4) + " --rdzv-timeout 1 /bin/true");
+      std::to_string(free_port_pair()) + " --rdzv-timeout 1 /bin/true");
   EXPECT_EQ(r.status, 1) << r.output;
   EXPECT_TRUE(has(r, "rendezvous")) << r.output;
   EXPECT_LT(r.seconds, 4.0) << r.output;
